@@ -1,0 +1,1 @@
+"""One module per command group; `dsv4ctl.cli` wires them together."""

@@ -1,0 +1,99 @@
+"""Spec commands: validate, render, expand, switches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .. import output
+from .options import JsonOpt, SpecArg, SpecsArg
+
+
+def validate(specs: SpecsArg,
+             strict: Annotated[bool, typer.Option(help="Treat warnings as errors.")] = False,
+             json: JsonOpt = False) -> None:
+    """Check spec files: structure, switches and the report's rules. Exit 1 on any error."""
+    from ..specload import load_spec
+
+    loaded = [point for path in specs for point in load_spec(path)]
+    if json:
+        output.emit_json([{"file": str(p.source), "point": p.point, "name": p.spec.name if p.spec else None,
+                           "spec_hash": p.spec.spec_hash() if p.spec else None, "valid": not p.errors,
+                           "findings": [f.to_json() for f in p.findings]} for p in loaded])
+    else:
+        for point in loaded:
+            for finding in point.findings:
+                output.text(str(finding), style="red" if finding.severity == "error" else "yellow")
+            label = f" [{_label(point.point)}]" if point.point else ""
+            status = "invalid" if point.errors else "ok"
+            output.text(f"{point.source}{label}: {status} ({len(point.errors)} error(s), "
+                        f"{len(point.warnings)} warning(s))")
+    failed = any(p.errors or (strict and p.warnings) for p in loaded)
+    raise typer.Exit(1 if failed else 0)
+
+
+def render(spec: SpecArg,
+           out: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the script here.")] = None,
+           run_dir: Annotated[Optional[Path], typer.Option(
+               help="Write job.sh and spec.json into this directory, ready for sbatch.")] = None,
+           point: Annotated[Optional[int], typer.Option(help="Matrix point index (see `expand`).")] = None,
+           runtime_dir: Annotated[Optional[str], typer.Option(
+               help="runtime/ as the compute node sees it [default: this installation's runtime/].")] = None) -> None:
+    """Render the Slurm job script of a spec (one matrix point)."""
+    from ..paths import runtime_dir as default_runtime
+    from ..render import render_script, write_run_files
+    from ..specload import select_point
+
+    chosen = select_point(spec, point)
+    runtime = runtime_dir or str(default_runtime())
+    if run_dir:
+        script = write_run_files(chosen, run_dir, runtime)
+        output.text(f"wrote {script} and {run_dir / 'spec.json'}")
+    elif out:
+        out.write_text(render_script(chosen, runtime), encoding="utf-8")
+        output.text(f"wrote {out}")
+    else:
+        output.raw(render_script(chosen, runtime))
+
+
+def expand(spec: SpecArg, json: JsonOpt = False) -> None:
+    """List the matrix points of a spec: one job (times repeats) each."""
+    from ..specload import load_spec
+
+    points = load_spec(spec)
+    if json:
+        output.emit_json([{"index": i, "point": p.point, "name": p.spec.name if p.spec else None,
+                           "spec_hash": p.spec.spec_hash() if p.spec else None,
+                           "repeats": p.spec.repeats if p.spec else None,
+                           "errors": [f.to_json() for f in p.errors]} for i, p in enumerate(points)])
+    else:
+        output.table(f"{spec}: {len(points)} point(s)", ["#", "name", "point", "repeats", "spec", "errors"],
+                     [(i, p.spec.name if p.spec else "-", _label(p.point) or "-", p.spec.repeats if p.spec else "-",
+                       p.spec.spec_hash() if p.spec else "-", len(p.errors)) for i, p in enumerate(points)])
+    raise typer.Exit(1 if any(p.errors for p in points) else 0)
+
+
+def switches(json: JsonOpt = False) -> None:
+    """List the known environment switches with type, default (the report's stable set) and meaning."""
+    from ..switches import SWITCHES
+
+    if json:
+        output.emit_json([{"name": s.name, "kind": s.kind, "default": s.default, "role": s.role,
+                           "choices": list(s.choices), "derived_from": s.derived_from, "meaning": s.meaning,
+                           "source": s.source} for s in SWITCHES])
+        return
+    output.table("Known switches (defaults: report §0.4 stable set)", ["name", "kind", "default", "role", "meaning"],
+                 [(s.name, s.kind if not s.choices else "|".join(s.choices), s.default or "-",
+                   s.role if not s.derived_from else f"from {s.derived_from}", s.meaning) for s in SWITCHES],
+                 styles=["bold", None, "cyan", "dim", None])
+
+
+def _label(point: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in point.items())
+
+
+def register(app: typer.Typer) -> None:
+    for command in (validate, render, expand, switches):
+        app.command()(command)

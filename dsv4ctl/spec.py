@@ -1,0 +1,188 @@
+"""The typed experiment spec: what one experiment asks of the cluster, the engine and the verdict.
+
+Structure only lives here (types, ranges, unknown keys refused). Rules that need the report's experience
+(max_tokens >= 2, fp8 KV for DeepSeek V4, TP vs. accelerators...) live in `rules.py`, so each can cite its job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from . import switches as switch_registry
+
+# Names become Slurm job names and directory names: keep them to characters that need no quoting anywhere.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+=,-]{0,127}$"
+# Values that land on an `#SBATCH` line, which sbatch parses itself (no shell quoting applies there).
+SBATCH_VALUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=,/%-]*$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+DEEPSEEK_V4_ARCH = "DeepseekV4ForCausalLM"
+Platform = Literal["gfx936", "rocm", "cuda", "cpu"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    path: str = Field(min_length=1, description="Model directory on the compute node (config.json, weights).")
+    arch: str = Field(DEEPSEEK_V4_ARCH, description="Architecture in config.json; DeepSeek V4 rules apply to it.")
+    tokenizer: str | None = Field(None, description="Tokenizer directory, when not the model directory.")
+    max_model_len: int = Field(512, ge=16)
+    kv_cache_dtype: str = Field("fp8", description="fp8 (fp8_ds_mla) is the only layout DeepSeek V4 accepts.")
+    moe_backend: Literal["emulation", "native", "auto"] | None = "emulation"
+    dtype: str | None = Field(None, description="Activation dtype passed to LLM(dtype=...), e.g. float32 on CPU.")
+    enforce_eager: bool = True
+    gpu_memory_utilization: float = Field(0.90, gt=0, le=1)
+    trust_remote_code: bool = True
+    seed: int | None = None
+    extra: dict[str, Any] = Field(default_factory=dict, description="Further LLM(...) keyword arguments.")
+
+
+class ParallelSpec(_Strict):
+    tp: int = Field(1, ge=1, le=64)
+
+
+class Message(_Strict):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class Request(_Strict):
+    """One request: a chat conversation (the model's template applies) or a raw prompt (it does not)."""
+
+    messages: list[Message] | None = Field(None, min_length=1)
+    prompt: str | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "Request":
+        if (self.messages is None) == (self.prompt is None):
+            raise ValueError("give exactly one of `messages` (chat) or `prompt` (raw text)")
+        return self
+
+    @property
+    def is_chat(self) -> bool:
+        return self.messages is not None
+
+
+class SamplingSpec(_Strict):
+    max_tokens: int = Field(32, ge=1)
+    temperature: float = Field(0.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    ignore_eos: bool = True
+    seed: int | None = None
+    logprobs: int | None = Field(None, ge=0, le=20)
+
+
+class SlurmSpec(_Strict):
+    partition: str | None = Field(None, pattern=SBATCH_VALUE_PATTERN)
+    account: str | None = Field(None, pattern=SBATCH_VALUE_PATTERN)
+    gres: str | None = Field(None, pattern=r"^[A-Za-z0-9_]+(:[A-Za-z0-9_]+)?:[0-9]+$")
+    nodes: int = Field(1, ge=1)
+    cpus_per_task: int | None = Field(None, ge=1)
+    mem: str | None = Field(None, pattern=r"^[0-9]+([KMGT][Bb]?|[kmgt][Bb]?)?$")
+    time: str | None = Field(None, pattern=r"^([0-9]+-)?([0-9]+:)?[0-9]+(:[0-9]+)?$")
+    extra: dict[str, str | int] = Field(default_factory=dict, description="More #SBATCH --key=value lines.")
+
+    @model_validator(mode="after")
+    def _safe_extra(self) -> "SlurmSpec":
+        for key, value in self.extra.items():
+            if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
+                raise ValueError(f"slurm.extra key {key!r} must be a long sbatch option name like 'qos'")
+            if not re.fullmatch(SBATCH_VALUE_PATTERN, str(value)):
+                raise ValueError(f"slurm.extra.{key} value {value!r} has characters sbatch would misread")
+        return self
+
+    def accelerators(self) -> int | None:
+        """The accelerator count asked for in `gres` (dcu:8 -> 8), or None without gres."""
+        return int(self.gres.rsplit(":", 1)[1]) if self.gres else None
+
+
+class EnvironmentSpec(_Strict):
+    modules: list[str] = Field(default_factory=list)
+    venv: str | None = None
+    python: str = "python3"
+    ld_library_path: list[str] = Field(default_factory=list)
+    pythonpath: list[str] = Field(default_factory=list)
+    env: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    runtime_dir: str | None = Field(None, description="The runtime/ folder as seen from the compute node.")
+
+    @model_validator(mode="after")
+    def _env_names(self) -> "EnvironmentSpec":
+        for key in self.env:
+            if not re.fullmatch(ENV_NAME_PATTERN, key):
+                raise ValueError(f"environment.env name {key!r} is not a valid shell variable name")
+        return self
+
+
+class ExpectSpec(_Strict):
+    golden_token_ids: list[list[int]] | list[int] | None = None
+    max_repeat_run: int = Field(8, ge=2)
+    bos_id: int = Field(0, ge=0)
+
+    def golden_for(self, index: int) -> list[int] | None:
+        ids = self.golden_token_ids
+        if not ids:
+            return None
+        if isinstance(ids[0], list):
+            return ids[index] if index < len(ids) else None
+        return ids if index == 0 else None  # one flat list is the first request's golden
+
+
+class ThroughputSpec(_Strict):
+    iterations: int = Field(0, ge=0, description="0: one judged generation. N: N timed repeats after warm-up.")
+    warmup: int = Field(1, ge=0)
+
+
+class ExperimentSpec(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = ""
+    tags: list[str] = Field(default_factory=list)
+    platform: Platform = "gfx936"
+    model: ModelSpec
+    parallel: ParallelSpec = ParallelSpec()
+    switches: dict[str, bool | int | float | str] = Field(default_factory=dict)
+    requests: list[Request] = Field(min_length=1)
+    batch: int | None = Field(None, ge=1, description="Submit this many requests together (requests cycled).")
+    sampling: SamplingSpec = SamplingSpec()
+    repeats: int = Field(1, ge=1)
+    matrix: dict[str, list[Any]] = Field(default_factory=dict)
+    slurm: SlurmSpec = SlurmSpec()
+    environment: EnvironmentSpec = EnvironmentSpec()
+    expect: ExpectSpec = ExpectSpec()
+    throughput: ThroughputSpec = ThroughputSpec()
+
+    @property
+    def is_deepseek_v4(self) -> bool:
+        return self.model.arch == DEEPSEEK_V4_ARCH
+
+    def batch_requests(self) -> list[Request]:
+        """The requests submitted together: `requests`, cycled to `batch` when batch is set."""
+        n = self.batch or len(self.requests)
+        return [self.requests[i % len(self.requests)] for i in range(n)]
+
+    def resolved_switches(self) -> dict[str, str]:
+        """Every switch exported to the job: the stable defaults, overridden by the spec, then derived ones."""
+        values = switch_registry.defaults()
+        for name, value in self.switches.items():
+            values[name] = switch_registry.BY_NAME[name].normalise(value)
+        values["DSV4_TP"] = str(self.parallel.tp)
+        values["DSV4_MAXLEN"] = str(self.model.max_model_len)
+        values["DSV4_MEMUTIL"] = f"{self.model.gpu_memory_utilization:g}"
+        values["DSV4_KV_CACHE_DTYPE"] = self.model.kv_cache_dtype
+        if self.model.moe_backend:
+            values["DSV4_MOE_BACKEND"] = self.model.moe_backend
+        return dict(sorted(values.items()))
+
+    def snapshot(self) -> dict[str, Any]:
+        """The resolved spec as plain JSON data: what travels beside the job script."""
+        return self.model_dump(mode="json")
+
+    def spec_hash(self) -> str:
+        canonical = json.dumps(self.snapshot(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]

@@ -1,0 +1,79 @@
+"""Draw a verdict for people: status, first blocker in context, the token table, evidence, ignored noise."""
+
+from __future__ import annotations
+
+from itertools import islice
+from pathlib import Path
+
+from . import output
+from .verdict import Verdict
+
+_STATUS_STYLE = {"coherent": "bold green", "degenerate": "bold yellow", "incomplete": "bold yellow"}
+
+
+def _context(log: Path, line: int, around: int = 3) -> list[tuple[int, str]]:
+    start = max(1, line - around)
+    with open(log, "rb") as stream:
+        rows = islice(stream, start - 1, line + around)
+        return [(start + i, raw.decode("utf-8", "replace").rstrip("\r\n")) for i, raw in enumerate(rows)]
+
+
+def compact_ids(ids: list[int], bos_id: int, limit: int = 20) -> str:
+    """Token ids with runs folded (`BOS×31`) so a collapse is visible at a glance."""
+    parts: list[str] = []
+    i = 0
+    while i < len(ids) and len(parts) < limit:
+        j = i
+        while j < len(ids) and ids[j] == ids[i]:
+            j += 1
+        name = "BOS" if ids[i] == bos_id else str(ids[i])
+        parts.append(f"{name}×{j - i}" if j - i >= 3 else ", ".join([name] * (j - i)))
+        i = j
+    return ", ".join(parts) + (" …" if i < len(ids) else "")
+
+
+def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
+    style = _STATUS_STYLE.get(v.status, "bold red")
+    verdict_word = "PASSED" if v.passed else "NOT PASSED"
+    output.markup(f"[{style}]{v.status.upper()}[/] — {verdict_word}"
+                  + ("  [bold red on white] FALSE GREEN [/]" if v.false_green else ""))
+    for reason in v.reasons:
+        output.text(f"  • {reason}")
+    sched = v.scheduler
+    output.text(f"  stage: {v.stage or '-'}   PY_EXIT: {v.py_exit if v.py_exit is not None else '-'}   "
+                f"probe: {v.probe_verdict or '-'}   scheduler: "
+                + (f"{sched['state']} {sched['exit_code']}:{sched['signal']}" if sched else "-")
+                + f"   engine ready: {v.engine_ready_s if v.engine_ready_s is not None else '-'} s")
+    if v.first_blocker:
+        b = v.first_blocker
+        output.text("")
+        output.markup(f"[bold]First blocker[/] (line {b.line}, {b.kind}"
+                      + (f", {output.escape(b.process)}" if b.process else "") + ")")
+        for number, text in _context(log, b.line):
+            mark = ">" if number == b.line else " "
+            text = text if len(text) <= 160 else text[:157] + "..."
+            output.text(f"  {mark} {number:>6} | {text}", style="bold" if number == b.line else "dim")
+        if "\n" in b.message:
+            output.text("  full message:")
+            for part in b.message.splitlines()[:20]:
+                output.text(f"    {part}")
+    if v.requests:
+        output.text("")
+        output.table("Requests", ["#", "tokens", "finish", "BOS run", "repeat", "token ids", "problems"],
+                     [(r.index, r.n_tokens, r.finish_reason or "-", r.bos_run, r.max_repeat_run,
+                       compact_ids(r.token_ids, bos_id), "; ".join(r.problems) or "ok") for r in v.requests])
+    ev = v.evidence
+    facts = [f"{k}={ev[k]}" for k in ("expert_dtype", "moe_backend", "kv_format", "kv_cache_tokens",
+                                       "model_load_gib") if ev.get(k) is not None]
+    if v.metrics:
+        facts += [f"{k}={val}" for k, val in v.metrics.items()]
+    if facts:
+        output.text("")
+        output.text("evidence: " + ", ".join(facts))
+    if v.nonfinite:
+        output.text(f"non-finite: {len(v.nonfinite)} diagnostic(s), first at line {v.nonfinite[0]['line']}: "
+                    f"{v.nonfinite[0]['text']}")
+    if v.noise:
+        output.text(f"ignored noise ({len(v.noise)}): "
+                    + "; ".join(f"line {n['line']} {n['kind']}" for n in v.noise[:6])
+                    + (" …" if len(v.noise) > 6 else ""), style="dim")
