@@ -11,7 +11,7 @@ import sys
 import typer
 
 from . import __version__
-from .commands import spec_cmds, verdict_cmd
+from .commands import run_cmds, spec_cmds, verdict_cmd
 
 app = typer.Typer(
     name="dsv4ctl",
@@ -23,6 +23,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 spec_cmds.register(app)
+run_cmds.register(app)
 verdict_cmd.register(app)
 
 
@@ -47,7 +48,7 @@ def main() -> None:
         from . import output
 
         for finding in exc.findings:
-            output.error(str(finding))
+            output.problem(str(finding))
         output.error(str(exc), hint="run `dsv4ctl validate SPEC` for every finding")
         sys.exit(exc.exit_code)
     except Dsv4Error as exc:

@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 def _console(stderr: bool = False) -> "Console":
     from rich.console import Console  # imported on first output: keeps `dsv4ctl --help` fast
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console.width = 160  # logs and pipes: wide tables rather than folded cells
+    return console
 
 
 def emit_json(data: Any) -> None:
@@ -46,6 +49,11 @@ def error(message: str, hint: str | None = None) -> None:
         _console(True).print(f"[dim]hint:[/] {escape(hint)}")
 
 
+def problem(message: str) -> None:
+    """A line on stderr that already says what it is (a finding: `file:line:col: error: ...`)."""
+    _console(True).print(escape(message), style="red")
+
+
 def warn(message: str) -> None:
     _console(True).print(f"[yellow]warning:[/] {escape(message)}")
 
@@ -66,3 +74,53 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     for row in rows:
         grid.add_row(*(escape("" if cell is None else str(cell)) for cell in row))
     _console().print(grid)
+
+
+class _LiveStatus:
+    """Progress while waiting on jobs: a live table on a terminal, one line per change elsewhere (CI logs)."""
+
+    def __init__(self) -> None:
+        self.live = None
+        self.last_line = ""
+
+    def __enter__(self) -> "_LiveStatus":
+        if _console().is_terminal:
+            from rich.live import Live
+
+            self.live = Live(console=_console(), refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def update(self, rows: list, verdicts: dict, notes: list[str]) -> None:
+        judged = sum(1 for r in rows if r.id in verdicts)
+        states: dict[str, int] = {}
+        for r in rows:
+            states[r.state] = states.get(r.state, 0) + 1
+        line = f"{judged}/{len(rows)} judged · " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(states.items()))
+        line += "".join(f" · {n}" for n in notes)
+        if self.live is None:
+            if line != self.last_line:
+                _console().print(line, markup=False)
+                self.last_line = line
+            return
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        grid = Table(show_header=True, header_style="bold")
+        for column in ("run", "experiment", "job", "state", "verdict"):
+            grid.add_column(column)
+        for r in rows:
+            v = verdicts.get(r.id)
+            grid.add_row(str(r.id), r.experiment, r.job_id or "-", r.state, v["status"] if v else "…")
+        self.live.update(Group(grid, ProgressBar(total=max(len(rows), 1), completed=judged, width=40),
+                               Text(line)))
+
+
+def live_status() -> _LiveStatus:
+    return _LiveStatus()

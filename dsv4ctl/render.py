@@ -63,14 +63,16 @@ def exports(spec: ExperimentSpec) -> list[tuple[str, str]]:
     return sorted(values.items())
 
 
-def render_script(spec: ExperimentSpec, runtime_dir: str, token: str | None = None) -> str:
-    """The job script text. `runtime_dir` is the runtime/ folder as the compute node sees it."""
+def render_script(spec: ExperimentSpec, runtime_dir: str, token: str | None = None, array: bool = False) -> str:
+    """The job script text. `runtime_dir` is the runtime/ folder as the compute node sees it. With `array`, each
+    Slurm array task runs in `task-<index>/` beside the script (its own spec.json and raw.log)."""
     runtime = spec.environment.runtime_dir or runtime_dir
     env = spec.environment
     return _environment().get_template("job.sh.j2").render(
         spec=spec,
         spec_hash=spec.spec_hash(),
         token=token,
+        array=array,
         sbatch=sbatch_options(spec),
         modules=env.modules,
         venv=env.venv,

@@ -8,16 +8,18 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from .options import JsonOpt
+from .options import DbOpt, JsonOpt
 
-LogOpt = Annotated[Path, typer.Option("--log", help="Raw job log (the probe's output).", exists=True,
-                                      dir_okay=False, readable=True)]
+LogOpt = Annotated[Optional[Path], typer.Option("--log", help="Raw job log (the probe's output).", exists=True,
+                                                dir_okay=False, readable=True)]
 SacctOpt = Annotated[Optional[Path], typer.Option(
     "--sacct", help="sacct --parsable2 output for the job (with or without a header).", exists=True, dir_okay=False,
     readable=True)]
 
 
-def verdict(log: LogOpt,
+def verdict(job: Annotated[Optional[str], typer.Argument(
+                help="A stored run: run id, job id or token (judged again from its log and live sacct).")] = None,
+            log: LogOpt = None,
             sacct: SacctOpt = None,
             job_id: Annotated[Optional[str], typer.Option(help="Which job of the sacct text (default: the first).")]
             = None,
@@ -29,12 +31,21 @@ def verdict(log: LogOpt,
             ignore_eos: Annotated[Optional[bool], typer.Option("--ignore-eos/--stop-at-eos",
                                                                help="Whether the run ignored EOS.")] = None,
             requests: Annotated[Optional[int], typer.Option(help="Requests expected in the log.")] = None,
+            db: DbOpt = None,
             json: JsonOpt = False) -> None:
-    """Judge a job from its raw log and sacct record. Exit 0 if it passed, 1 if not, 2 on usage errors."""
-    from ..judge import judge_files
+    """Judge a job: a stored run (JOB) or a raw log (--log) with its sacct record. Exit 0 if it passed, 1 if not,
+    2 on usage errors."""
+    if (job is None) == (log is None):
+        raise typer.BadParameter("give a stored run (JOB) or --log PATH, not both", param_hint="JOB / --log")
+    if job is not None:
+        from ..watch import rejudge
 
-    result = judge_files(log, sacct, job_id=job_id, bos_id=bos_id, max_repeat_run=max_repeat_run,
-                         max_tokens=max_tokens, ignore_eos=ignore_eos, requests=requests)
+        result, log = rejudge(job, db)
+    else:
+        from ..judge import judge_files
+
+        result = judge_files(log, sacct, job_id=job_id, bos_id=bos_id, max_repeat_run=max_repeat_run,
+                             max_tokens=max_tokens, ignore_eos=ignore_eos, requests=requests)
     if json:
         output.emit_json(result.to_json())
     else:

@@ -1,0 +1,248 @@
+"""Run commands: submit, status, runs, show, cancel, resume, ingest."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .. import output
+from .options import BackendOpt, DbOpt, JsonOpt, SpecsArg
+
+
+def _runs_table(store, rows, title: str) -> None:
+    verdicts = store.verdict_summaries([r.id for r in rows])
+    output.table(title, ["run", "experiment", "job", "state", "exit", "elapsed", "verdict", "first blocker"],
+                 [(r.id, r.experiment, r.job_id or "-",
+                   r.state + (f" ({r.state_detail})" if r.state_detail and r.state == "PENDING" else ""),
+                   f"{r.exit_code}:{r.signal}" if r.exit_code is not None else "-",
+                   f"{r.elapsed_s}s" if r.elapsed_s is not None else "-",
+                   _verdict_cell(verdicts.get(r.id)),
+                   (verdicts.get(r.id) or {}).get("first_blocker_kind") or (r.submit_message or "")[:60] or "")
+                  for r in rows])
+
+
+def _verdict_cell(v: dict | None) -> str:
+    if not v:
+        return "-"
+    return f"{v['status']}{' PASSED' if v['passed'] else ''}{' FALSE-GREEN' if v['false_green'] else ''}"
+
+
+def _run_json(store, row) -> dict:
+    data = dict(row.data)
+    data["verdict"] = store.verdict(row.id)
+    data["metrics"] = store.metrics(row.id)
+    return data
+
+
+def _all_passed(store, run_ids: list[int]) -> bool:
+    verdicts = store.verdict_summaries(run_ids)
+    return bool(run_ids) and all(verdicts.get(i, {}).get("passed") for i in run_ids)
+
+
+def _watch_until_done(store, run_ids: list[int], quiet: bool) -> None:
+    from ..watch import watch
+
+    wanted = set(run_ids)
+    if quiet:
+        watch(store)
+        return
+    live = output.live_status()
+    with live:
+        def on_round(report) -> None:
+            rows = [r for r in store.runs() if r.id in wanted]
+            live.update(rows, store.verdict_summaries(list(wanted)), report.notes)
+
+        watch(store, on_round=on_round)
+
+
+def submit(specs: SpecsArg,
+           repeats: Annotated[Optional[int], typer.Option(help="Runs per matrix point [default: spec.repeats].")]
+           = None,
+           wait: Annotated[bool, typer.Option(help="Watch until every run is judged; exit 0 only if all passed.")]
+           = False,
+           dry_run: Annotated[bool, typer.Option(help="Show what would be submitted; write nothing.")] = False,
+           backend: BackendOpt = "auto",
+           db: DbOpt = None,
+           campaign: Annotated[Optional[str], typer.Option(help="Campaign name [default: spec name + time].")]
+           = None,
+           runs_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("runs"),
+           array: Annotated[bool, typer.Option(help="Submit Slurm repeats as one job array.")] = True,
+           json: JsonOpt = False) -> None:
+    """Render and submit specs: one job per matrix point and repeat, every run recorded in the store."""
+    from ..campaign import plan
+    from ..campaign import submit as submit_campaign
+    from ..scheduler import resolve_backend
+    from ..store import open_store
+
+    planned = plan(specs, repeats)  # refuses invalid specs before anything is recorded
+    if dry_run:
+        rows = [{"name": p.spec.name, "point": p.point, "repeat": p.repeat, "spec_hash": p.spec.spec_hash()}
+                for p in planned]
+        if json:
+            output.emit_json({"backend": resolve_backend(backend), "runs": rows})
+        else:
+            output.table(f"would submit {len(rows)} run(s) on {resolve_backend(backend)}",
+                         ["name", "repeat", "spec"], [(r["name"], r["repeat"], r["spec_hash"]) for r in rows])
+        return
+    store = open_store(db)
+    command = shlex.join(["dsv4ctl", *sys.argv[1:]])
+    outcome = submit_campaign(store, specs, backend, repeats=repeats, campaign=campaign, runs_root=runs_dir,
+                              array=array, command=command, planned=planned)
+    if wait:
+        _watch_until_done(store, outcome.run_ids, quiet=json)
+    rows = [store.find_run(str(i)) for i in outcome.run_ids]
+    if json:
+        output.emit_json({"campaign": outcome.campaign, "runs": [_run_json(store, r) for r in rows]})
+    else:
+        _runs_table(store, rows, f"campaign {outcome.campaign}: {outcome.submitted} submitted, "
+                                 f"{len(outcome.failed)} failed to submit")
+        for run_id, message in outcome.failed:
+            output.warn(f"run {run_id} was not submitted: {message}")
+        if not wait:
+            output.text(f"next: dsv4ctl status --campaign {outcome.campaign} --watch")
+    ok = _all_passed(store, outcome.run_ids) if wait else not outcome.failed
+    raise typer.Exit(0 if ok else 1)
+
+
+def status(campaign: Annotated[Optional[str], typer.Option(help="Only this campaign's runs.")] = None,
+           watch: Annotated[bool, typer.Option(help="Keep polling (with backoff) until every run is judged.")]
+           = False,
+           db: DbOpt = None, json: JsonOpt = False) -> None:
+    """Poll the scheduler once (one sacct call for all jobs), record states, judge finished jobs."""
+    from ..store import open_store
+    from ..watch import poll_once
+
+    store = open_store(db)
+    rows = store.runs(campaign=campaign) if campaign else store.runs_in_flight()
+    ids = [r.id for r in rows]
+    if watch:
+        _watch_until_done(store, ids, quiet=json)
+        notes: list[str] = []
+    else:
+        notes = poll_once(store).notes
+    rows = [store.find_run(str(i)) for i in ids]
+    if json:
+        output.emit_json({"notes": notes, "runs": [_run_json(store, r) for r in rows]})
+    else:
+        for note in notes:
+            output.warn(note)
+        _runs_table(store, rows, f"{len(rows)} run(s)" + (f" of campaign {campaign}" if campaign else " in flight"))
+    if watch:
+        raise typer.Exit(0 if _all_passed(store, ids) else 1)
+
+
+def runs(experiment: Annotated[Optional[str], typer.Option(help="Only this experiment.")] = None,
+         status: Annotated[Optional[str], typer.Option(help="Only runs whose verdict has this status.")] = None,
+         state: Annotated[Optional[str], typer.Option(help="Only runs in this scheduler state.")] = None,
+         campaign: Annotated[Optional[str], typer.Option(help="Only this campaign.")] = None,
+         db: DbOpt = None, json: JsonOpt = False) -> None:
+    """List recorded runs."""
+    from ..store import open_store
+
+    store = open_store(db)
+    rows = store.runs(experiment=experiment, state=state, campaign=campaign, status=status)
+    if json:
+        output.emit_json([_run_json(store, r) for r in rows])
+    else:
+        _runs_table(store, rows, f"{len(rows)} run(s)")
+
+
+def show(run: Annotated[str, typer.Argument(help="Run id, job id or token.")], db: DbOpt = None,
+         json: JsonOpt = False) -> None:
+    """Everything recorded about one run."""
+    from ..store import open_store
+
+    store = open_store(db)
+    data = _run_json(store, store.find_run(run))
+    if json:
+        output.emit_json(data)
+        return
+    verdict = data.pop("verdict") or {}
+    metrics = data.pop("metrics")
+    output.table(f"run {data['id']}", ["field", "value"],
+                 [(k, v) for k, v in data.items() if v not in (None, "")])
+    if verdict:
+        blocker = verdict.get("first_blocker") or {}
+        output.text(f"verdict: {verdict['status']} passed={verdict['passed']} false_green={verdict['false_green']}"
+                    + (f"; first blocker line {blocker.get('line')}: {blocker.get('kind')}" if blocker else ""))
+        for reason in verdict.get("reasons", []):
+            output.text(f"  • {reason}")
+    if metrics:
+        output.text("metrics: " + ", ".join(f"{k}={v:g}" for k, v in metrics.items()))
+
+
+def cancel(refs: Annotated[Optional[list[str]], typer.Argument(help="Run ids, job ids or tokens.")] = None,
+           campaign: Annotated[Optional[str], typer.Option(help="Cancel every unfinished run of a campaign.")]
+           = None,
+           db: DbOpt = None) -> None:
+    """Cancel runs (scancel, or SIGTERM for local jobs)."""
+    from ..scheduler import JobRef, get_scheduler
+    from ..store import IN_FLIGHT, open_store
+
+    store = open_store(db)
+    rows = [store.find_run(r) for r in refs or []]
+    if campaign:
+        rows += [r for r in store.runs(campaign=campaign) if r.state in IN_FLIGHT]
+    rows = [r for r in rows if r.job_id]
+    if not rows:
+        output.error("nothing to cancel", hint="name runs (see `dsv4ctl runs`) or --campaign")
+        raise typer.Exit(1)
+    problems: list[str] = []
+    for backend in {r.backend for r in rows}:
+        problems += get_scheduler(backend).cancel([JobRef(r.job_id, Path(r.run_dir)) for r in rows
+                                                   if r.backend == backend])
+    for problem in problems:
+        output.warn(problem)
+    output.text(f"asked to cancel {len(rows)} job(s): {', '.join(r.job_id for r in rows)}")
+    raise typer.Exit(1 if problems else 0)
+
+
+def resume(campaign: Annotated[str, typer.Argument(help="Campaign name (see `dsv4ctl runs`).")],
+           wait: Annotated[bool, typer.Option(help="Watch until every resubmitted run is judged.")] = False,
+           db: DbOpt = None, json: JsonOpt = False) -> None:
+    """Resubmit the runs of a campaign that never got a job or never produced a verdict, and nothing else."""
+    from ..campaign import resume as resume_campaign
+    from ..store import open_store
+
+    store = open_store(db)
+    outcome = resume_campaign(store, campaign)
+    if wait and outcome.run_ids:
+        _watch_until_done(store, outcome.run_ids, quiet=json)
+    rows = [store.find_run(str(i)) for i in outcome.run_ids]
+    if json:
+        output.emit_json({"campaign": campaign, "resubmitted": [_run_json(store, r) for r in rows]})
+    else:
+        _runs_table(store, rows, f"campaign {campaign}: {outcome.submitted} resubmitted, "
+                                 f"{len(outcome.failed)} failed to submit")
+    raise typer.Exit(1 if outcome.failed else 0)
+
+
+def ingest(log: Annotated[Path, typer.Option("--log", help="Raw log of an earlier run.", exists=True,
+                                             dir_okay=False)],
+           experiment: Annotated[str, typer.Option(help="Experiment name to file it under.")],
+           sacct: Annotated[Optional[Path], typer.Option(help="Its sacct --parsable2 text.", exists=True,
+                                                         dir_okay=False)] = None,
+           switch: Annotated[Optional[list[str]], typer.Option(help="A switch it ran with, K=V (repeatable).")]
+           = None,
+           tag: Annotated[Optional[list[str]], typer.Option(help="A tag (repeatable).")] = None,
+           db: DbOpt = None, json: JsonOpt = False) -> None:
+    """Import the log of an earlier run (judged and stored like a submitted one)."""
+    from ..ingest import ingest_log
+    from ..store import open_store
+
+    store = open_store(db)
+    run_id, verdict = ingest_log(store, log, experiment, sacct, switch or [], tag or [])
+    if json:
+        output.emit_json(_run_json(store, store.find_run(str(run_id))))
+    else:
+        output.text(f"run {run_id}: {verdict.status}{' (passed)' if verdict.passed else ''}"
+                    f"{' FALSE GREEN' if verdict.false_green else ''}")
+
+
+def register(app: typer.Typer) -> None:
+    for command in (submit, status, runs, show, cancel, resume, ingest):
+        app.command()(command)

@@ -1,0 +1,84 @@
+"""One scheduler interface, two backends registered by name: `slurm` (sbatch/sacct) and `local` (bash on this
+machine, the embedded default when no sbatch is on PATH). Job states are the scheduler's words, in explicit sets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from .. import external
+from ..errors import Dsv4Error
+from ..sacct import ACTIVE_STATES, FINAL_STATES, KILLED_STATES  # noqa: F401  (re-exported: the state sets)
+
+
+class SubmitError(Dsv4Error):
+    """The scheduler refused a job, or could not be reached."""
+
+    def __init__(self, message: str, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+@dataclass(frozen=True)
+class JobRef:
+    job_id: str
+    run_dir: Path
+
+
+@dataclass
+class JobStatus:
+    job_id: str
+    state: str  # a Slurm state word (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...) or UNKNOWN
+    state_detail: str | None = None  # "by 0", a pending reason
+    exit_code: int | None = None
+    signal: int | None = None
+    elapsed_s: int | None = None
+    max_rss_kib: int | None = None
+    node: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    source: str = ""  # sacct, squeue, scontrol, local
+    settled: bool = False  # final, and the step rows are final too: safe to judge
+    sacct_text: str | None = None  # the job's own rows, for the verdict
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+class Scheduler(Protocol):
+    name: str
+
+    def submit(self, script: Path, run_dir: Path, token: str, job_name: str,
+               array_size: int | None = None) -> str: ...
+
+    def poll(self, jobs: list[JobRef]) -> tuple[dict[str, JobStatus], list[str]]: ...
+
+    def cancel(self, jobs: list[JobRef]) -> list[str]: ...
+
+    def find_token(self, token: str, job_name: str) -> str | None: ...
+
+
+def backend_names() -> tuple[str, ...]:
+    return ("slurm", "local")
+
+
+def resolve_backend(name: str) -> str:
+    """`auto` is slurm where sbatch is on PATH, else local."""
+    if name == "auto":
+        return "slurm" if external.available("sbatch") else "local"
+    if name not in backend_names():
+        raise Dsv4Error(f"unknown backend {name!r}: use slurm, local or auto")
+    return name
+
+
+def get_scheduler(name: str) -> Scheduler:
+    name = resolve_backend(name)
+    if name == "slurm":
+        from .slurm import SlurmScheduler
+
+        return SlurmScheduler()
+    from .local import LocalScheduler
+
+    return LocalScheduler()

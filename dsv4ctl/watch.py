@@ -1,0 +1,137 @@
+"""Watching runs: one scheduler poll per backend per round (one sacct call for every Slurm job), states recorded,
+and each job judged once it has settled in a final state."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .campaign import reconcile
+from .logparse import parse_file
+from .sacct import SchedulerSummary
+from .scheduler import JobRef, JobStatus, get_scheduler
+from .spec import ExperimentSpec
+from .store import SUBMITTING, RunRow, Store
+from .verdict import Verdict, VerdictOptions, judge
+
+SETTLE_GRACE_S = 15  # sacct fills step rows in a few seconds after the job row turns final
+
+
+@dataclass
+class PollReport:
+    changed: list[int] = field(default_factory=list)
+    judged: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    in_flight: int = 0
+
+
+def options_for(spec: ExperimentSpec) -> VerdictOptions:
+    return VerdictOptions(bos_id=spec.expect.bos_id, max_repeat_run=spec.expect.max_repeat_run,
+                          expected_tokens=spec.sampling.max_tokens, ignore_eos=spec.sampling.ignore_eos,
+                          expected_requests=len(spec.batch_requests()))
+
+
+def summary_of(status: JobStatus) -> SchedulerSummary:
+    return SchedulerSummary(job_id=status.job_id, state=status.state, state_detail=status.state_detail,
+                            exit_code=status.exit_code, signal=status.signal, elapsed_s=status.elapsed_s,
+                            max_rss_kib=status.max_rss_kib, node_list=status.node)
+
+
+def judge_run(store: Store, row: RunRow, status: JobStatus | None) -> Verdict:
+    """Judge a run from its raw log and scheduler record, and store the verdict and its metrics."""
+    spec_json = store.db.execute("SELECT spec_json FROM experiments WHERE id = ?", [row.experiment_id]).fetchone()[0]
+    spec = ExperimentSpec.model_validate_json(spec_json)
+    log = Path(row.log_path) if row.log_path else None
+    from .logparse import LogFacts
+
+    facts = parse_file(str(log)) if log and log.exists() else LogFacts()
+    verdict = judge(facts, summary_of(status) if status else None, options_for(spec))
+    store.save_verdict(row.id, verdict.to_json())
+    return verdict
+
+
+def _age_s(stamp: str | None) -> float:
+    if not stamp:
+        return 0.0
+    then = datetime.fromisoformat(stamp)
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=timezone.utc)
+    return (datetime.now(timezone.utc) - then).total_seconds()
+
+
+def poll_once(store: Store) -> PollReport:
+    report = PollReport()
+    rows = store.runs_in_flight()
+    by_backend: dict[str, list[RunRow]] = {}
+    for row in rows:
+        by_backend.setdefault(row.backend, []).append(row)
+    for backend, group in by_backend.items():
+        scheduler = get_scheduler(backend)
+        for row in [r for r in group if r.state == SUBMITTING]:
+            if reconcile(store, scheduler, row):
+                report.notes.append(f"run {row.id}: found its job after an interrupted submit")
+                report.changed.append(row.id)
+        group = [store.find_run(str(r.id)) for r in group]
+        refs = [JobRef(r.job_id, Path(r.run_dir)) for r in group if r.job_id]
+        statuses, notes = scheduler.poll(refs)
+        report.notes += notes
+        for row in group:
+            status = statuses.get(row.job_id) if row.job_id else None
+            if status is None:
+                continue
+            fields = {"state": status.state, "state_detail": status.state_detail, "state_source": status.source}
+            for key in ("exit_code", "signal", "elapsed_s", "max_rss_kib", "node", "started_at", "ended_at"):
+                value = getattr(status, key)
+                if value is not None:
+                    fields[key] = value
+            seen_before = row.state == status.state
+            if not seen_before or any(row.data.get(k) != v for k, v in fields.items()):
+                store.update_run(row.id, **fields)
+                report.changed.append(row.id)
+            if status.is_final and (status.settled or (seen_before and _age_s(row.updated_at) >= SETTLE_GRACE_S)):
+                judge_run(store, store.find_run(str(row.id)), status)
+                report.judged.append(row.id)
+    report.in_flight = len(store.runs_in_flight())
+    return report
+
+
+def watch(store: Store, on_round=None, interval_s: float = 2.0, max_interval_s: float = 30.0,
+          timeout_s: float | None = None) -> PollReport:
+    """Poll until nothing is in flight. Backs off while nothing changes; calls on_round(report) each round."""
+    started = time.monotonic()
+    delay = interval_s
+    total = PollReport()
+    while True:
+        report = poll_once(store)
+        total.changed += report.changed
+        total.judged += report.judged
+        total.notes += [n for n in report.notes if n not in total.notes]
+        total.in_flight = report.in_flight
+        if on_round:
+            on_round(report)
+        if report.in_flight == 0:
+            return total
+        if timeout_s is not None and time.monotonic() - started > timeout_s:
+            return total
+        delay = interval_s if report.changed else min(delay * 1.5, max_interval_s)
+        time.sleep(delay)
+
+
+def rejudge(ref: str, db: str | None = None) -> tuple[Verdict, Path]:
+    """`dsv4ctl verdict JOB`: judge a stored run again from its log and the scheduler's live record."""
+    from .judge import judge_files
+    from .store import open_store
+
+    store = open_store(db)
+    row = store.find_run(ref)
+    if row.ingested:
+        verdict = judge_files(Path(row.log_path))
+        store.save_verdict(row.id, verdict.to_json())
+        return verdict, Path(row.log_path)
+    status = None
+    if row.job_id:
+        statuses, _ = get_scheduler(row.backend).poll([JobRef(row.job_id, Path(row.run_dir))])
+        status = statuses.get(row.job_id)
+    return judge_run(store, row, status), Path(row.log_path)

@@ -1,0 +1,94 @@
+"""The store: migrations from a blank database, atomicity, concurrent writers, lookups."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from dsv4ctl import store as store_module
+from dsv4ctl.store import MIGRATIONS, RunNotFound, open_store
+
+
+def test_blank_database_reaches_the_current_schema(tmp_path):
+    s = open_store(tmp_path / "r.db")
+    assert s.applied == [m.__name__ for m in MIGRATIONS]
+    assert set(s.db.table_names()) >= {"_dsv4ctl_migrations", "experiments", "campaigns", "runs", "verdicts",
+                                       "metrics"}
+    assert {c.name for c in s.db["runs"].columns} >= {"job_id", "state", "token", "git_sha", "dsv4ctl_version",
+                                                       "switches_json", "max_rss_kib", "node"}
+    assert s.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    again = open_store(tmp_path / "r.db")
+    assert again.applied == []
+
+
+def test_env_variable_chooses_the_database(tmp_path, monkeypatch):
+    monkeypatch.setenv("DSV4CTL_DB", str(tmp_path / "env.db"))
+    open_store()
+    assert (tmp_path / "env.db").exists()
+
+
+def test_a_failing_migration_leaves_nothing_half_written(tmp_path, monkeypatch):
+    def m002_broken(db):
+        db["half"].create({"id": int}, pk="id")
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS + (m002_broken,))
+    with pytest.raises(RuntimeError):
+        open_store(tmp_path / "r.db")
+    conn = sqlite3.connect(tmp_path / "r.db")
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "half" not in tables and "runs" not in tables  # the whole batch rolled back
+
+
+def test_not_a_database_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_text("this is not sqlite" * 100)
+    with pytest.raises(store_module.StoreError, match="not a usable SQLite database"):
+        open_store(bad)
+
+
+def test_runs_are_found_by_id_job_id_or_token(tmp_path):
+    s = open_store(tmp_path / "r.db")
+    experiment = s.experiment_id("e", "abc", "{}", "e.yaml")
+    run_id = s.add_run(experiment_id=experiment, backend="slurm", token="tok1", state="PENDING", job_id="42_1",
+                       ingested=0)
+    assert s.find_run(str(run_id)).token == "tok1"
+    assert s.find_run("42_1").id == run_id and s.find_run("tok1").id == run_id
+    with pytest.raises(RunNotFound):
+        s.find_run("nope")
+
+
+def test_verdict_and_metrics_are_stored_together(tmp_path):
+    s = open_store(tmp_path / "r.db")
+    run_id = s.add_run(experiment_id=s.experiment_id("e", "h", "{}", "x"), backend="local", token="t",
+                       state="COMPLETED", ingested=0)
+    verdict = {"status": "coherent", "passed": True, "false_green": False, "first_blocker": None, "bos_run": 0,
+               "py_exit": 0, "probe_verdict": "COHERENT", "engine_ready_s": 3.5,
+               "metrics": {"gen_s": 1.25, "output_tokens": 32, "note": "text is skipped"}}
+    s.save_verdict(run_id, verdict)
+    assert s.metrics(run_id) == {"gen_s": 1.25, "output_tokens": 32.0, "engine_ready_s": 3.5}
+    assert s.verdict(run_id)["status"] == "coherent"
+    assert [r.id for r in s.runs_in_flight()] == []
+
+
+WRITER = """
+import sys
+from dsv4ctl.store import open_store
+s = open_store(sys.argv[1])
+e = s.experiment_id("e", "h", "{}", "x")
+for i in range(150):
+    s.add_run(experiment_id=e, backend="local", token=f"{sys.argv[2]}-{i}", state="PENDING", ingested=0)
+"""
+
+
+def test_concurrent_writers_never_see_database_is_locked(tmp_path):
+    db = str(tmp_path / "r.db")
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, db, f"w{n}"], stderr=subprocess.PIPE, text=True)
+             for n in range(4)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    assert open_store(db).db["runs"].count == 600
