@@ -67,3 +67,13 @@ def git_sha(cwd: Path) -> str | None:
         return None
     dirty = run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, timeout=10)
     return head.stdout.strip() + ("-dirty" if dirty.ok and dirty.stdout.strip() else "")
+
+
+def stream(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> int:
+    """Run a long program with its output going straight to ours; return its exit code."""
+    import os
+
+    if shutil.which(argv[0]) is None and not Path(argv[0]).exists():
+        raise CommandMissing(f"`{argv[0]}` is not on PATH")
+    CALLS[Path(argv[0]).name] += 1
+    return subprocess.run(argv, cwd=cwd, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL).returncode

@@ -58,7 +58,8 @@ _ENGINE_ANCHORS: tuple[bytes, ...] = (
 _ALL_ANCHORS = _ANCHORS + _ENGINE_ANCHORS
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_PREFIX = re.compile(r"^\((?P<proc>[A-Za-z][\w.\-]*)(?: pid=(?P<pid>\d+))?\) ?")
+# vLLM's `(Worker_TP3 pid=5123) ` and torch.distributed's `[rank0]: ` line prefixes.
+_PREFIX = re.compile(r"^(?:\((?P<proc>[A-Za-z][\w.\-]*)(?: pid=(?P<pid>\d+))?\) ?|\[(?P<rank>rank\d+)\]: ?)")
 _VLLM_LINE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ")
 _STAGE = re.compile(r"^### STAGE:\s*(?P<name>.*?)\s*$")
 _ENGINE_READY = re.compile(r"ENGINE_READY in (?P<s>[0-9.]+)\s*s")
@@ -293,7 +294,7 @@ def _json_object(text: str) -> dict[str, Any] | None:
 def _split_prefix(text: str) -> tuple[str | None, str]:
     m = _PREFIX.match(text)
     if m:
-        return m.group("proc"), text[m.end():]
+        return m.group("proc") or m.group("rank"), text[m.end():]
     return None, text
 
 

@@ -184,9 +184,33 @@ def _structural_findings(exc: ValidationError, doc: Document) -> list[Finding]:
     return findings
 
 
+PATH_FIELDS: tuple[FieldPath, ...] = (("model", "path"), ("model", "tokenizer"), ("environment", "venv"),
+                                     ("environment", "python"), ("environment", "runtime_dir"))
+LIST_PATH_FIELDS: tuple[FieldPath, ...] = (("environment", "pythonpath"), ("environment", "ld_library_path"))
+
+
+def _resolve(value: Any, where: Location | None) -> Any:
+    """`./x` and `../x` are relative to the spec file that wrote them; every other path is the node's business."""
+    if isinstance(value, str) and value.startswith(("./", "../")) and where is not None:
+        return str((Path(where.file).parent / value).resolve())
+    return value
+
+
+def resolve_relative_paths(doc: Document) -> None:
+    for path in PATH_FIELDS:
+        section = doc.data.get(path[0])
+        if isinstance(section, dict) and path[1] in section:
+            section[path[1]] = _resolve(section[path[1]], doc.locate(path))
+    for path in LIST_PATH_FIELDS:
+        section = doc.data.get(path[0])
+        if isinstance(section, dict) and isinstance(section.get(path[1]), list):
+            section[path[1]] = [_resolve(v, doc.locate(path + (i,))) for i, v in enumerate(section[path[1]])]
+
+
 def validate_document(doc: Document, source: Path) -> list[LoadedSpec]:
     from .rules import check_spec  # imported here: rules import the spec models, keep the graph one-way
 
+    resolve_relative_paths(doc)
     matrix = doc.data.get("matrix") or {}
     if not isinstance(matrix, dict) or not all(isinstance(v, list) and v for v in matrix.values()):
         loc = doc.locate(("matrix",))

@@ -8,7 +8,8 @@ Status, first match wins:
   crashed       a main-path exception ended the run, a setup step failed, or Python died without results
   incomplete    no (or not all) results and no error: killed by the scheduler, or the log stops early
   degenerate    results exist, but a request has a BOS run >= 2, one token repeated >= max_repeat_run times,
-                no tokens, unreadable ids, fewer tokens than asked with ignore_eos, or the probe itself said so
+                no tokens, unreadable ids, fewer tokens than asked with ignore_eos, tokens that diverge from the
+                expected golden sequence, or the probe itself said so
   coherent      none of the above
 
 passed       = coherent, PY_EXIT 0, and no scheduler record or COMPLETED 0:0.
@@ -37,6 +38,7 @@ class VerdictOptions:
     expected_tokens: int | None = None  # max_tokens asked for
     ignore_eos: bool | None = None
     expected_requests: int | None = None
+    golden: tuple[tuple[int, ...] | None, ...] = ()  # expected greedy token ids per request
 
     def merged_with(self, expect: dict[str, Any]) -> "VerdictOptions":
         """Fill what the caller left unset from the probe's DSV4_EXPECT line."""
@@ -48,6 +50,7 @@ class VerdictOptions:
             ignore_eos=self.ignore_eos if self.ignore_eos is not None else expect.get("ignore_eos"),
             expected_requests=self.expected_requests if self.expected_requests is not None
             else expect.get("n_requests"),
+            golden=self.golden,
         )
 
 
@@ -133,6 +136,16 @@ def max_repeat(ids: list[int], gaps: list[int] = ()) -> int:
     return best
 
 
+def first_divergence(golden: tuple[int, ...] | list[int], ids: list[int]) -> tuple[int, int | None, int | None] | None:
+    """The first position where the tokens differ from the golden: (position, expected, got), or None."""
+    for position in range(max(len(golden), len(ids))):
+        expected = golden[position] if position < len(golden) else None
+        got = ids[position] if position < len(ids) else None
+        if expected != got:
+            return position, expected, got
+    return None
+
+
 def judge_request(request: RequestBlock, opts: VerdictOptions) -> RequestVerdict:
     ids = request.token_ids
     bos = longest_run(bos_flags(request, opts.bos_id))
@@ -148,6 +161,12 @@ def judge_request(request: RequestBlock, opts: VerdictOptions) -> RequestVerdict
         problems.append(f"unreadable token ids: {', '.join(request.ids_unparsed[:3])}")
     if opts.ignore_eos and opts.expected_tokens and not request.ids_gaps and 0 < len(ids) < opts.expected_tokens:
         problems.append(f"{len(ids)} tokens, {opts.expected_tokens} asked with ignore_eos")
+    index = request.index if request.index is not None else 0
+    golden = opts.golden[index] if index < len(opts.golden) else None
+    divergence = first_divergence(golden, ids) if golden is not None and not request.ids_gaps else None
+    if divergence is not None:
+        position, expected, got = divergence
+        problems.append(f"diverges from the golden at token {position}: expected {expected}, got {got}")
     return RequestVerdict(index=request.index if request.index is not None else 0, line=request.line,
                           token_ids=ids, n_tokens=len(ids), finish_reason=request.finish_reason, bos_run=bos,
                           max_repeat_run=repeat, problems=problems, ids_elided=bool(request.ids_gaps),

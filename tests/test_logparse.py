@@ -170,3 +170,11 @@ def test_parse_stream_with_a_small_buffer_matches_parse_bytes():
     for name in ("J01", "J05", "J17", "cut-mid-load"):
         data = (LOGS / f"{name}.log").read_bytes()
         assert asdict(parse_stream(io.BytesIO(data), chunk_size=97)) == asdict(parse_bytes(data))
+
+
+def test_torch_distributed_rank_prefix():
+    text = (b"### STAGE: generate\n[rank0]: Traceback (most recent call last):\n"
+            b"[rank0]:   File \"probe.py\", line 184, in main\n"
+            b"[rank0]:     raise RuntimeError(\"boom\")\n[rank0]: RuntimeError: boom\nPY_EXIT=1\n")
+    [tb] = parse_bytes(text).tracebacks
+    assert (tb.process, tb.text, tb.exc_line) == ("rank0", "RuntimeError: boom", 5)

@@ -193,3 +193,14 @@ def test_registry_defaults_are_the_stable_set_and_typos_are_caught():
     assert defaults()["DSV4_MOE_ROUTING_Q1"] == "1"
     assert all(s.meaning and s.source for s in SWITCHES)
     assert closest("DSV4_USE_TRITON_SPARS")[0] == "DSV4_USE_TRITON_SPARSE"
+
+
+def test_dot_relative_paths_resolve_against_the_file_that_wrote_them(write_spec, tmp_path):
+    (tmp_path / "sub").mkdir()
+    write_spec(BASE_SPEC.replace("path: /models/m", "path: ../models/m") + "environment:\n  venv: ./venv\n",
+               "sub/base.yaml")
+    child = write_spec("extends: sub/base.yaml\nname: c\nenvironment:\n  pythonpath: [./lib, /abs]\n", "c.yaml")
+    spec = only(load_spec(child)).spec
+    assert spec.model.path == str((tmp_path / "models" / "m").resolve())
+    assert spec.environment.venv == str((tmp_path / "sub" / "venv").resolve())
+    assert spec.environment.pythonpath == [str((tmp_path / "lib").resolve()), "/abs"]

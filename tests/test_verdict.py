@@ -136,3 +136,11 @@ def test_verdict_json_contract_keys():
     assert set(v["requests"][0]) >= {"token_ids", "finish_reason", "bos_run", "max_repeat_run"}
     assert set(v["scheduler"]) >= {"job_id", "state", "exit_code", "signal", "elapsed_s", "max_rss_kib"}
     json.dumps(v)
+
+
+def test_golden_divergence_names_the_first_position():
+    opts = VerdictOptions(golden=(tuple(GOOD),))
+    assert judge(facts_with(GOOD), options=opts).passed
+    changed = GOOD[:5] + [99] + GOOD[6:]
+    v = judge(facts_with(changed), options=opts)
+    assert v.status == "degenerate" and "token 5: expected 6, got 99" in v.reasons[0]

@@ -1,0 +1,222 @@
+"""The staged probe: every run prints evidence the verdict can trust.
+
+Stages (`### STAGE:`): env, config, vllm import + registry, engine init (the real test), generate. Then, per
+request, REQUEST / TOKEN_IDS / FINISH_REASON / TOKEN_DECODE (special tokens kept) / OUTPUT_REPR / OUTPUT; one
+DSV4_METRICS line; and DSV4_VERDICT from dsv4ctl's own verdict rules. Exit 0 only when coherent (2 otherwise);
+a Python error exits 1 with its traceback. Every line is flushed as it is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import faults
+
+EXIT_NOT_COHERENT = 2
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def stage(name: str) -> None:
+    say(f"### STAGE: {name}")
+
+
+def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
+    model = spec["model"]
+    kwargs: dict[str, Any] = {
+        "model": model["path"],
+        "tensor_parallel_size": spec["parallel"]["tp"],
+        "max_model_len": model["max_model_len"],
+        "enforce_eager": model["enforce_eager"],
+        "gpu_memory_utilization": model["gpu_memory_utilization"],
+        "trust_remote_code": model["trust_remote_code"],
+        "disable_log_stats": False,  # request stats give the time to first token
+    }
+    if model.get("tokenizer"):
+        kwargs["tokenizer"] = model["tokenizer"]
+    if model.get("kv_cache_dtype") and model["kv_cache_dtype"] != "auto":
+        kwargs["kv_cache_dtype"] = model["kv_cache_dtype"]
+    if model.get("dtype"):
+        kwargs["dtype"] = model["dtype"]
+    if model.get("seed") is not None:
+        kwargs["seed"] = model["seed"]
+    if model.get("moe_backend") and spec.get("platform") in ("gfx936", "rocm"):
+        kwargs["moe_backend"] = model["moe_backend"]  # the DCU build's argument
+    kwargs.update(model.get("extra") or {})
+    return kwargs
+
+
+def batch_requests(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    requests = spec["requests"]
+    n = spec.get("batch") or len(requests)
+    return [requests[i % len(requests)] for i in range(n)]
+
+
+def sampling_params(spec: dict[str, Any]):
+    from vllm import SamplingParams
+
+    s = spec["sampling"]
+    return SamplingParams(max_tokens=s["max_tokens"], temperature=s["temperature"], top_p=s["top_p"],
+                          ignore_eos=s["ignore_eos"], seed=s.get("seed"), logprobs=s.get("logprobs"))
+
+
+def generate(llm, requests: list[dict[str, Any]], params) -> list[Any]:
+    """One batch, submitted together: chat conversations through llm.chat (the template applies, multi-turn
+    kept), raw prompts through llm.generate; results back in request order."""
+    chats = [(i, [dict(m) for m in r["messages"]]) for i, r in enumerate(requests) if r.get("messages")]
+    raws = [(i, r["prompt"]) for i, r in enumerate(requests) if r.get("prompt") is not None]
+    results: list[Any] = [None] * len(requests)
+    if chats:
+        for (i, _), out in zip(chats, llm.chat([c for _, c in chats], params, use_tqdm=False)):
+            results[i] = out
+    if raws:
+        for (i, _), out in zip(raws, llm.generate([p for _, p in raws], params, use_tqdm=False)):
+            results[i] = out
+    return results
+
+
+def env_stage(spec: dict[str, Any]) -> None:
+    stage("env")
+    say(f"python {platform.python_version()} on {platform.machine()} {platform.system()}")
+    try:
+        import torch
+
+        say(f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}, "
+            f"devices: {torch.cuda.device_count() if torch.cuda.is_available() else 0}")
+    except ImportError as exc:
+        say(f"torch not importable: {exc}")
+    for name in sorted(os.environ):
+        if name.startswith(("DSV4_", "VLLM_")) and name != "DSV4_FAULT":
+            say(f"{name}={os.environ[name]}")
+
+
+def config_stage(spec: dict[str, Any]) -> None:
+    stage("config")
+    config_path = Path(spec["model"]["path"]) / "config.json"
+    config = json.loads(config_path.read_text())
+    say(f"architectures: {config.get('architectures')}")
+    if config.get("quantization_config"):
+        say(f"quant_config: {config['quantization_config']}")
+    say(f"vocab_size: {config.get('vocab_size')}, layers: {config.get('num_hidden_layers')}")
+    if spec["model"]["arch"] not in (config.get("architectures") or []):
+        say(f"WARNING: spec says {spec['model']['arch']}, config.json says {config.get('architectures')}")
+
+
+def registry_stage(spec: dict[str, Any]) -> None:
+    stage("vllm import + registry")
+    import vllm
+    from vllm import ModelRegistry
+
+    say(f"vllm {vllm.__version__}")
+    arch = spec["model"]["arch"]
+    say(f"{arch} registered: {arch in ModelRegistry.get_supported_archs()}")
+
+
+def request_block(index: int, out: Any, tokenizer, bos_id: int, fault: str | None) -> tuple[list[int], str]:
+    completion = out.outputs[0]
+    ids = faults.corrupt_ids(fault, list(completion.token_ids), bos_id)
+    decode = [tokenizer.decode([t], skip_special_tokens=False) for t in ids]
+    text = completion.text if ids == list(completion.token_ids) else tokenizer.decode(ids, skip_special_tokens=True)
+    say(f"REQUEST: {index}")
+    say(f"TOKEN_IDS: {json.dumps(ids)}")
+    say(f"FINISH_REASON: {completion.finish_reason}")
+    say(f"TOKEN_DECODE: {decode!r}")
+    say(f"OUTPUT_REPR: {text!r}")
+    say(f"OUTPUT: {text}")
+    if completion.logprobs:
+        finite = all(lp.logprob == lp.logprob and abs(lp.logprob) != float("inf")
+                     for step in completion.logprobs for lp in step.values())
+        say(f"[DSV4_DIAG] output_logprobs_finite = {finite}")
+    return ids, completion.finish_reason
+
+
+def ttft(outputs: list[Any]) -> float | None:
+    values = []
+    for out in outputs:
+        metrics = getattr(out, "metrics", None)
+        value = getattr(metrics, "first_token_latency", None) if metrics is not None else None
+        if value:
+            values.append(float(value))
+    return statistics.median(values) if values else None
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0] if argv else "spec.json").read_text(encoding="utf-8"))
+    from dsv4ctl.logparse import LogFacts, RequestBlock
+    from dsv4ctl.verdict import VerdictOptions, judge
+
+    fault = faults.active()
+    env_stage(spec)
+    config_stage(spec)
+    registry_stage(spec)
+    stage("engine init (the real test)")
+    from vllm import LLM
+
+    started = time.perf_counter()
+    llm = LLM(**engine_kwargs(spec))
+    engine_ready_s = time.perf_counter() - started
+    say(f"ENGINE_READY in {engine_ready_s:.1f}s")
+    requests = batch_requests(spec)
+    expect = spec["expect"]
+    say("DSV4_EXPECT: " + json.dumps({"max_tokens": spec["sampling"]["max_tokens"],
+                                      "ignore_eos": spec["sampling"]["ignore_eos"], "n_requests": len(requests),
+                                      "bos_id": expect["bos_id"], "max_repeat_run": expect["max_repeat_run"]}))
+    if fault == "nan-hidden":
+        say(f"DSV4_FAULT: nan-hidden: {llm.apply_model(faults.nan_hook)}")
+    stage("generate")
+    params = sampling_params(spec)
+    throughput = spec.get("throughput") or {}
+    for _ in range(throughput.get("warmup", 0) if throughput.get("iterations") else 0):
+        generate(llm, requests, params)
+    timings = []
+    outputs: list[Any] = []
+    for _ in range(max(1, throughput.get("iterations") or 0)):
+        if fault == "decode-exception":
+            raise RuntimeError("DSV4_FAULT decode-exception: injected failure during decode")
+        if fault == "hang":
+            while True:
+                time.sleep(3600)
+        t0 = time.perf_counter()
+        outputs = generate(llm, requests, params)
+        timings.append(time.perf_counter() - t0)
+    tokenizer = llm.get_tokenizer()
+    blocks = []
+    for index, out in enumerate(outputs):
+        ids, finish = request_block(index, out, tokenizer, expect["bos_id"], fault)
+        blocks.append(RequestBlock(line=0, index=index, token_ids=ids, finish_reason=finish))
+    n_tokens = sum(len(b.token_ids) for b in blocks)
+    gen_s = statistics.median(timings)
+    metrics = {"gen_s": round(gen_s, 6), "output_tokens": n_tokens,
+               "tokens_per_s": round(n_tokens / gen_s, 3) if gen_s > 0 else None, "ttft_s": ttft(outputs),
+               "engine_ready_s": round(engine_ready_s, 3), "iterations": len(timings)}
+    if len(timings) > 1:
+        metrics["gen_s_all"] = [round(t, 6) for t in timings]
+    say("DSV4_METRICS: " + json.dumps(metrics))
+    golden = [expect_golden(expect, i) for i in range(len(requests))]
+    options = VerdictOptions(bos_id=expect["bos_id"], max_repeat_run=expect["max_repeat_run"],
+                             expected_tokens=spec["sampling"]["max_tokens"], ignore_eos=spec["sampling"]["ignore_eos"],
+                             expected_requests=len(requests),
+                             golden=tuple(tuple(g) if g else None for g in golden) if any(golden) else ())
+    verdict = judge(LogFacts(requests=blocks, metrics=metrics, py_exit=0), None, options)
+    say(f"DSV4_VERDICT: {verdict.status.upper()}" + (f" ({'; '.join(verdict.reasons)})" if verdict.reasons else ""))
+    if faults.force_exit0():
+        return 0
+    return 0 if verdict.status == "coherent" else EXIT_NOT_COHERENT
+
+
+def expect_golden(expect: dict[str, Any], index: int) -> list[int] | None:
+    ids = expect.get("golden_token_ids")
+    if not ids:
+        return None
+    if isinstance(ids[0], list):
+        return ids[index] if index < len(ids) else None
+    return ids if index == 0 else None

@@ -1,0 +1,184 @@
+"""The gfx936 compatibility shim.
+
+Gating: it applies only on ROCm gfx936 (read from the KFD topology, no imports) or when DSV4_SHIM=1, and never on
+CUDA or CPU otherwise. Each patch is guarded (it checks that its target exists and still needs it) and idempotent
+(a marker on the target). Patches of Triton wait for Triton's own import, through an import hook: the shim never
+imports Triton at start-up (report §9.1). DSV4_SHIM_DEBUG=1 logs what was patched.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.abc
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+
+GFX936_TARGET_VERSION = "90306"  # gfx9.3.6 in /sys/class/kfd/kfd/topology/nodes/*/properties
+MARK = "__dsv4_shim__"
+APPLIED: list[str] = []
+
+
+def log(message: str) -> None:
+    if os.environ.get("DSV4_SHIM_DEBUG") == "1":
+        print(f"[dsv4 shim] {message}", file=sys.stderr, flush=True)
+
+
+def on_gfx936(topology: str = "/sys/class/kfd/kfd/topology/nodes") -> bool:
+    if os.environ.get("DSV4_GFX_ARCH"):
+        return os.environ["DSV4_GFX_ARCH"] == "gfx936"
+    for path in glob.glob(f"{topology}/*/properties"):
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith("gfx_target_version") and line.split()[-1] == GFX936_TARGET_VERSION:
+                        return True
+        except OSError:
+            continue
+    return False
+
+
+def enabled() -> bool:
+    forced = os.environ.get("DSV4_SHIM")
+    if forced == "1":
+        return True
+    if forced == "0" and not on_gfx936():
+        return False
+    return on_gfx936()
+
+
+# ---- patches ------------------------------------------------------------------------------------------------------
+
+
+def _mark(target: object, name: str) -> bool:
+    """True the first time `name` is applied to `target` (idempotence)."""
+    done = getattr(target, MARK, None)
+    if done is None:
+        done = set()
+        try:
+            setattr(target, MARK, done)
+        except (AttributeError, TypeError):
+            return False
+    if name in done:
+        return False
+    done.add(name)
+    return True
+
+
+def patch_skinny_gemm_default() -> str | None:
+    """J06: wvSplitK_hf_sml_ hit a device-side assertion on gfx936; off unless the spec turns it on."""
+    if "VLLM_ROCM_USE_SKINNY_GEMM" in os.environ:
+        return None
+    os.environ["VLLM_ROCM_USE_SKINNY_GEMM"] = "0"
+    return "VLLM_ROCM_USE_SKINNY_GEMM defaults to 0"
+
+
+def patch_triton_reduce_or(tl) -> str | None:
+    """Backport tl.reduce_or where DAS Triton lacks it."""
+    if hasattr(tl, "reduce_or") or not _mark(tl, "reduce_or"):
+        return None
+    import triton
+
+    @triton.jit
+    def _or(a, b):
+        return a | b
+
+    @triton.jit
+    def reduce_or(input, axis):
+        return tl.reduce(input, axis, _or)
+
+    tl.reduce_or = reduce_or
+    return "triton.language.reduce_or backported"
+
+
+def patch_triton_softmax_dim(tl) -> str | None:
+    """J02-J05: `softmax() got an unexpected keyword argument 'dim'` — accept `dim` as the axis."""
+    import inspect
+
+    softmax = getattr(tl, "softmax", None)
+    if softmax is None or not _mark(tl, "softmax_dim"):
+        return None
+    fn = getattr(softmax, "fn", softmax)
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return None
+    if "dim" in params:
+        return None
+    original = softmax
+
+    def softmax_with_dim(x, ieee_rounding=False, dim=None, _builder=None, **kwargs):
+        # Triton's softmax works on the last axis; dim must be that axis (or None).
+        return original(x, ieee_rounding, _builder=_builder, **kwargs)
+
+    for attr in ("__name__", "__doc__"):
+        setattr(softmax_with_dim, attr, getattr(original, attr, None))
+    softmax_with_dim.__triton_builtin__ = getattr(original, "__triton_builtin__", True)
+    tl.softmax = softmax_with_dim
+    return "triton.language.softmax accepts dim="
+
+
+STARTUP_PATCHES: tuple[Callable[[], str | None], ...] = (patch_skinny_gemm_default,)
+MODULE_PATCHES: dict[str, tuple[Callable[[object], str | None], ...]] = {
+    "triton.language": (patch_triton_reduce_or, patch_triton_softmax_dim),
+}
+
+
+def apply_module_patches(name: str, module: object) -> None:
+    for patch in MODULE_PATCHES.get(name, ()):
+        try:
+            done = patch(module)
+        except Exception as exc:  # one broken patch must not take the others (or the import) down
+            log(f"{patch.__name__} failed: {exc!r}")
+            continue
+        if done:
+            APPLIED.append(done)
+            log(done)
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Wraps the loader of a patched module so its patches run right after the module executes."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in MODULE_PATCHES:
+            return None
+        sys.meta_path.remove(self)  # find the real spec without recursing into ourselves
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return None
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            apply_module_patches(fullname, module)
+
+        loader.exec_module = exec_and_patch
+        return spec
+
+
+_HOOK: _PatchOnImport | None = None
+
+
+def install() -> bool:
+    """Apply start-up patches and arm the import hook; a no-op off gfx936 (unless DSV4_SHIM=1)."""
+    global _HOOK
+    if not enabled():
+        return False
+    if _HOOK is None:
+        for patch in STARTUP_PATCHES:
+            done = patch()
+            if done:
+                APPLIED.append(done)
+                log(done)
+        _HOOK = _PatchOnImport()
+        sys.meta_path.insert(0, _HOOK)
+        for name in MODULE_PATCHES:  # already imported before us (rare): patch in place
+            if name in sys.modules:
+                apply_module_patches(name, sys.modules[name])
+        log("installed")
+    return True
