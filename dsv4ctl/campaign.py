@@ -58,6 +58,22 @@ def plan(spec_paths: list[Path], repeats: int | None = None) -> list[PlannedRun]
             for p in points for r in range(repeats or p.spec.repeats)]
 
 
+def interleave(spec_paths: list[Path], repeats: int | None) -> tuple[list[PlannedRun], list[tuple[int, str]]]:
+    """An A/B submission: BASELINE and CANDIDATE runs alternating A B A B, so drift on the cluster hits both alike;
+    each A/B pair is recorded (pair id, side) for the paired analysis."""
+    if len(spec_paths) != 2:
+        raise Dsv4Error("--ab takes exactly two specs: BASELINE CANDIDATE")
+    a, b = plan([spec_paths[0]], repeats), plan([spec_paths[1]], repeats)
+    if len(a) != len(b):
+        raise Dsv4Error(f"--ab: the two specs expand to {len(a)} and {len(b)} runs; give them the same matrix")
+    runs: list[PlannedRun] = []
+    pairs: list[tuple[int, str]] = []
+    for pair, (left, right) in enumerate(zip(a, b)):
+        runs += [left, right]
+        pairs += [(pair, "baseline"), (pair, "candidate")]
+    return runs, pairs
+
+
 def _campaign_name(runs: list[PlannedRun]) -> str:
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", runs[0].spec.name.split(".")[0]) if runs else "campaign"
     return f"{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"

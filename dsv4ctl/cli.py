@@ -11,7 +11,7 @@ import sys
 import typer
 
 from . import __version__
-from .commands import model_cmds, run_cmds, spec_cmds, verdict_cmd
+from .commands import compare_cmd, model_cmds, run_cmds, spec_cmds, verdict_cmd
 
 app = typer.Typer(
     name="dsv4ctl",
@@ -25,6 +25,7 @@ app = typer.Typer(
 spec_cmds.register(app)
 run_cmds.register(app)
 verdict_cmd.register(app)
+compare_cmd.register(app)
 model_cmds.register(app)
 
 

@@ -239,13 +239,15 @@ class Store:
         return json.loads(row[0]) if row else None
 
     def verdict_summaries(self, run_ids: list[int]) -> dict[int, dict[str, Any]]:
-        if not run_ids:
-            return {}
-        marks = ",".join("?" * len(run_ids))
-        cursor = self.db.execute(f"SELECT run_id, status, passed, false_green, first_blocker_kind, "
-                                 f"first_blocker_line FROM verdicts WHERE run_id IN ({marks})", run_ids)
-        return {row[0]: {"status": row[1], "passed": bool(row[2]), "false_green": bool(row[3]),
-                         "first_blocker_kind": row[4], "first_blocker_line": row[5]} for row in cursor}
+        out: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(run_ids), 900):
+            chunk = run_ids[start:start + 900]
+            marks = ",".join("?" * len(chunk))
+            cursor = self.db.execute(f"SELECT run_id, status, passed, false_green, first_blocker_kind, "
+                                     f"first_blocker_line FROM verdicts WHERE run_id IN ({marks})", chunk)
+            out.update({row[0]: {"status": row[1], "passed": bool(row[2]), "false_green": bool(row[3]),
+                                 "first_blocker_kind": row[4], "first_blocker_line": row[5]} for row in cursor})
+        return out
 
     def metrics(self, run_id: int) -> dict[str, float]:
         return {name: value for name, value in

@@ -71,6 +71,8 @@ def submit(specs: SpecsArg,
            = None,
            runs_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("runs"),
            array: Annotated[bool, typer.Option(help="Submit Slurm repeats as one job array.")] = True,
+           ab: Annotated[bool, typer.Option("--ab", help="Exactly two specs, BASELINE then CANDIDATE: submit them "
+                                                         "interleaved A B A B and record the pairs.")] = False,
            json: JsonOpt = False) -> None:
     """Render and submit specs: one job per matrix point and repeat, every run recorded in the store."""
     from ..campaign import plan
@@ -78,7 +80,12 @@ def submit(specs: SpecsArg,
     from ..scheduler import resolve_backend
     from ..store import open_store
 
+    from ..campaign import interleave
+
     planned = plan(specs, repeats)  # refuses invalid specs before anything is recorded
+    pairs = None
+    if ab:
+        planned, pairs = interleave(specs, repeats)
     if dry_run:
         rows = [{"name": p.spec.name, "point": p.point, "repeat": p.repeat, "spec_hash": p.spec.spec_hash()}
                 for p in planned]
@@ -91,7 +98,7 @@ def submit(specs: SpecsArg,
     store = open_store(db)
     command = shlex.join(["dsv4ctl", *sys.argv[1:]])
     outcome = submit_campaign(store, specs, backend, repeats=repeats, campaign=campaign, runs_root=runs_dir,
-                              array=array, command=command, planned=planned)
+                              array=array, command=command, planned=planned, pairs=pairs)
     if wait:
         _watch_until_done(store, outcome.run_ids, quiet=json)
     rows = [store.find_run(str(i)) for i in outcome.run_ids]

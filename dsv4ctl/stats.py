@@ -1,0 +1,103 @@
+"""Statistics for A/B comparisons, after benchstat and asv (shared notes, statistics.md). Pure functions; scipy is
+imported inside them, so importing this module stays cheap.
+
+- centre: the median; spread: the exact order-statistic 95% CI of the median (fewer than 6 samples: unbounded);
+- test: two-sided Mann-Whitney U (exact distribution for small samples, scipy chooses); a test error such as all
+  values equal gives p = 1;
+- paired runs (interleaved A/B): Wilcoxon signed-rank on the pair differences;
+- sample planning: the smallest n whose best possible exact p reaches alpha (benchstat: 4 at 0.05), and a
+  normal-approximation estimate of the n needed to see an effect of a given size with 80% power.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    median: float | None
+    ci: tuple[float, float] | None  # None without samples; (-inf, inf) when n is too small
+    mad: float | None
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free CI of the median from order statistics: [x_(k), x_(n+1-k)] with the largest k such that
+    2 * P(Binomial(n, 1/2) <= k - 1) <= 1 - confidence. Unbounded when no k qualifies (n < 6 at 95%)."""
+    import numpy as np
+    from scipy.stats import binom
+
+    n = len(values)
+    alpha = 1 - confidence
+    ks = np.arange(1, n // 2 + 1)
+    ok = ks[2 * binom.cdf(ks - 1, n, 0.5) <= alpha] if n else ks
+    if not len(ok):
+        return (-math.inf, math.inf)
+    k = int(ok.max())
+    ordered = sorted(values)
+    return (ordered[k - 1], ordered[n - k])
+
+
+def summarise(values: list[float], confidence: float = 0.95) -> Summary:
+    if not values:
+        return Summary(0, None, None, None)
+    centre = median(values)
+    return Summary(len(values), centre, median_ci(values, confidence), median([abs(v - centre) for v in values]))
+
+
+def mann_whitney_p(a: list[float], b: list[float]) -> float:
+    """Two-sided Mann-Whitney U p-value; 1.0 when the test cannot be computed (e.g. every value equal)."""
+    from scipy.stats import mannwhitneyu
+
+    if not a or not b:
+        return 1.0
+    try:
+        p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    except ValueError:
+        return 1.0
+    return 1.0 if math.isnan(p) else p
+
+
+def wilcoxon_p(differences: list[float]) -> float | None:
+    """Two-sided Wilcoxon signed-rank p-value on paired differences; None with fewer than one nonzero pair."""
+    from scipy.stats import wilcoxon
+
+    nonzero = [d for d in differences if d != 0]
+    if not nonzero:
+        return 1.0 if differences else None
+    try:
+        return float(wilcoxon(differences, alternative="two-sided", zero_method="wilcox").pvalue)
+    except ValueError:
+        return None
+
+
+def min_samples(alpha: float) -> int:
+    """The smallest n per side for which an exact two-sided Mann-Whitney test can reach p <= alpha at all: with
+    complete separation p = 2 / C(2n, n) (n = 4 gives 0.0286 at alpha 0.05)."""
+    n = 1
+    while 2 / math.comb(2 * n, n) > alpha:
+        n += 1
+    return n
+
+
+def runs_needed(a: list[float], b: list[float], effect: float, alpha: float, power: float = 0.8) -> int:
+    """Runs per side to detect an absolute shift `effect` with the observed spread (pooled 1.4826 x MAD), by the
+    normal approximation scaled by Mann-Whitney's efficiency (3/pi); never below min_samples(alpha)."""
+    from scipy.stats import norm
+
+    floor = min_samples(alpha)
+    spreads = [1.4826 * summarise(s).mad for s in (a, b) if len(s) > 1]
+    sigma = math.sqrt(sum(s * s for s in spreads) / len(spreads)) if spreads else 0.0
+    if effect <= 0 or sigma == 0:
+        return floor
+    z = norm.ppf(1 - alpha / 2) + norm.ppf(power)
+    n = 2 * (z * sigma / effect) ** 2 * math.pi / 3
+    return max(floor, math.ceil(n))
