@@ -118,8 +118,7 @@ def submit(store: Store, spec_paths: list[Path], backend: str = "auto", *, repea
 
 
 def _spec_of(store: Store, row: RunRow) -> ExperimentSpec:
-    text = store.db.execute("SELECT spec_json FROM experiments WHERE id = ?", [row.experiment_id]).fetchone()[0]
-    return ExperimentSpec.model_validate_json(text)
+    return ExperimentSpec.model_validate_json(store.spec_json(row.experiment_id))
 
 
 def _fault_after_submit() -> None:

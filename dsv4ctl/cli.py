@@ -11,7 +11,7 @@ import sys
 import typer
 
 from . import __version__
-from .commands import compare_cmd, model_cmds, run_cmds, spec_cmds, verdict_cmd
+from .commands import campaign_cmds, compare_cmd, model_cmds, run_cmds, spec_cmds, verdict_cmd
 
 app = typer.Typer(
     name="dsv4ctl",
@@ -26,6 +26,7 @@ spec_cmds.register(app)
 run_cmds.register(app)
 verdict_cmd.register(app)
 compare_cmd.register(app)
+campaign_cmds.register(app)
 model_cmds.register(app)
 
 

@@ -165,8 +165,8 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, str]:
 
 def _spec_facts(store: Store, experiment_id: int, cache: dict[int, dict[str, str]]) -> dict[str, str]:
     if experiment_id not in cache:
-        spec_json = store.db.execute("SELECT spec_json FROM experiments WHERE id = ?", [experiment_id]).fetchone()[0]
-        spec = {k: v for k, v in json.loads(spec_json).items() if k not in IGNORED_KEYS and k != "switches"}
+        spec = {k: v for k, v in json.loads(store.spec_json(experiment_id)).items()
+                if k not in IGNORED_KEYS and k != "switches"}
         cache[experiment_id] = _flatten(spec)
     return cache[experiment_id]
 
@@ -206,8 +206,7 @@ def differences(store: Store, base: Side, cand: Side) -> list[dict[str, Any]]:
 
 
 def _greedy(store: Store, run: CompareRow) -> bool:
-    spec_json = store.db.execute("SELECT spec_json FROM experiments WHERE id = ?", [run.experiment_id]).fetchone()[0]
-    return (json.loads(spec_json).get("sampling") or {}).get("temperature", 0) == 0
+    return (json.loads(store.spec_json(run.experiment_id)).get("sampling") or {}).get("temperature", 0) == 0
 
 
 def token_differences(store: Store, base: Side, cand: Side) -> list[dict[str, Any]]:

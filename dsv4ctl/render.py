@@ -30,7 +30,8 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
-        autoescape=False,
+        # HTML pages escape every value; job scripts never (they are shell-quoted instead).
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default_for_string=False, default=False),
     )
     env.filters["q"] = lambda value: shlex.quote(str(value))
     return env

@@ -149,6 +149,13 @@ class Store:
             return self.db["campaigns"].insert({"name": name, "backend": backend, "command": command,
                                                 "created_at": now()}).last_pk
 
+    def spec_json(self, experiment_id: int) -> str:
+        """The resolved spec (JSON text) an experiment row was recorded with."""
+        row = self.db.execute("SELECT spec_json FROM experiments WHERE id = ?", [experiment_id]).fetchone()
+        if row is None:
+            raise RunNotFound(f"no experiment with id {experiment_id}")
+        return row[0]
+
     def campaign(self, name: str) -> dict[str, Any]:
         row = self.db.execute("SELECT * FROM campaigns WHERE name = ?", [name]).fetchone()
         if row is None:

@@ -43,8 +43,7 @@ def summary_of(status: JobStatus) -> SchedulerSummary:
 
 def judge_run(store: Store, row: RunRow, status: JobStatus | None) -> Verdict:
     """Judge a run from its raw log and scheduler record, and store the verdict and its metrics."""
-    spec_json = store.db.execute("SELECT spec_json FROM experiments WHERE id = ?", [row.experiment_id]).fetchone()[0]
-    spec = ExperimentSpec.model_validate_json(spec_json)
+    spec = ExperimentSpec.model_validate_json(store.spec_json(row.experiment_id))
     log = Path(row.log_path) if row.log_path else None
     from .logparse import LogFacts
 

@@ -158,3 +158,18 @@ def test_the_same_probe_runs_as_a_real_slurm_job(engine, tmp_path):
     v = store.verdict(run.id)
     assert run.state == "COMPLETED" and v["passed"], (run.state, v and v["reasons"])
     assert run.max_rss_kib and run.node
+
+
+def test_tiny_deepseek_moe_mla_runs_on_the_cpu_engine(engine, tmp_path):
+    """The MoE + MLA paths execute end to end; random weights loop, and the verdict says so (never a pass)."""
+    model = ROOT / "models" / "tiny-deepseek"
+    if not (model / "dsv4ctl-build.json").exists():
+        pytest.fail("no tiny DeepSeek: ./scripts/test builds it (dsv4ctl build-model --kind deepseek)")
+    store = open_store(tmp_path / "r.db")
+    outcome = submit(store, [EXPERIMENTS / "cpu-deepseek-smoke.yaml"], "local", runs_root=tmp_path / "runs")
+    watch(store, interval_s=2, max_interval_s=5, timeout_s=400)
+    v = store.verdict(outcome.run_ids[0])
+    assert v["stage"] == "generate" and [r["n_tokens"] for r in v["requests"]] == [32]
+    assert v["status"] == "degenerate" and not v["passed"] and not v["false_green"]
+    log = Path(store.find_run(str(outcome.run_ids[0])).log_path).read_bytes().decode("utf-8", "replace")
+    assert "DeepseekV3ForCausalLM registered: True" in log

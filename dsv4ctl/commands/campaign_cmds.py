@@ -1,0 +1,133 @@
+"""Campaign commands: suite, sweep, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .. import output
+from .options import BackendOpt, DbOpt, JsonOpt
+
+
+def suite(directory: Annotated[Path, typer.Argument(help="A folder of specs (experiments/regression-cpu).",
+                                                    exists=True, file_okay=False)],
+          repeats: Annotated[Optional[int], typer.Option(help="Runs per case [default: each spec's].")] = None,
+          platform: Annotated[str, typer.Option(help="What this cluster has: cases for other platforms are "
+                                                     "skipped with the reason.")] = "cpu",
+          backend: BackendOpt = "auto",
+          campaign: Annotated[Optional[str], typer.Option(help="Campaign name.")] = None,
+          runs_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("runs"),
+          db: DbOpt = None, json: JsonOpt = False) -> None:
+    """Run a regression suite as one campaign and print the pass/fail matrix. Exit 0 only if every case passed."""
+    from ..campaign import submit as submit_campaign
+    from ..store import open_store
+    from ..suite import plan_suite, suite_matrix
+    from .run_cmds import _watch_until_done
+
+    plan = plan_suite(directory, platform)
+    store = open_store(db)
+    run_ids: list[int] = []
+    if campaign is None:
+        from datetime import datetime
+
+        campaign = f"suite-{directory.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    name = campaign
+    if plan.runnable:
+        outcome = submit_campaign(store, plan.runnable, backend, repeats=repeats, runs_root=runs_dir,
+                                  campaign=campaign, command=f"dsv4ctl suite {directory}")
+        name, run_ids = outcome.campaign, outcome.run_ids
+        _watch_until_done(store, run_ids, quiet=json)
+    cases = suite_matrix(store, name, plan.skipped) if plan.runnable else \
+        suite_matrix(store, "", plan.skipped)
+    if json:
+        output.emit_json({"campaign": name, "cases": [{"case": c.case, "runs": c.runs, "passed": c.passed,
+                                                       "statuses": c.statuses, "first_blocker": c.first_blocker,
+                                                       "skipped": c.skipped, "ok": c.ok} for c in cases]})
+    else:
+        output.table(f"suite {directory} — campaign {name}", ["case", "runs", "passed", "result", "first blocker"],
+                     [(c.case, c.runs or "-", c.passed if not c.skipped else "-",
+                       "SKIPPED" if c.skipped else ("PASS" if c.ok else "FAIL"),
+                       c.skipped or c.first_blocker or "") for c in cases])
+        output.text(f"next: dsv4ctl report {name} -o report.html")
+    failed = [c for c in cases if not c.skipped and not c.ok]
+    raise typer.Exit(1 if failed or not plan.runnable else 0)
+
+
+def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a matrix (e.g. batch: [1, 2, 4, 8]).")]
+          = None,
+          repeats: Annotated[Optional[int], typer.Option(help="Runs per point [default: spec.repeats].")] = None,
+          campaign: Annotated[Optional[str], typer.Option(
+              help="Name it; if it exists, resume it (unfinished points only) instead of submitting.")] = None,
+          backend: BackendOpt = "auto",
+          runs_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("runs"),
+          wait: Annotated[bool, typer.Option(help="Wait for every run before summarising.")] = True,
+          db: DbOpt = None, json: JsonOpt = False) -> None:
+    """Failure rate per matrix point with Wilson 95% intervals, and where failures start. Resumable."""
+    from ..campaign import resume
+    from ..campaign import submit as submit_campaign
+    from ..errors import Dsv4Error
+    from ..store import RunNotFound, open_store
+    from ..sweep import summarise_campaign
+    from .run_cmds import _watch_until_done
+
+    store = open_store(db)
+    existing = None
+    if campaign:
+        try:
+            existing = store.campaign(campaign)
+        except RunNotFound:
+            existing = None
+    if existing:
+        resume(store, campaign)
+        name = campaign
+    elif spec is not None:
+        name = submit_campaign(store, [spec], backend, repeats=repeats, campaign=campaign, runs_root=runs_dir,
+                               command=f"dsv4ctl sweep {spec}").campaign
+    else:
+        raise Dsv4Error("give a SPEC to start a sweep, or --campaign NAME of an existing one")
+    if wait:
+        _watch_until_done(store, [r.id for r in store.runs(campaign=name)], quiet=json)
+    summary = summarise_campaign(store, name)
+    if json:
+        from dataclasses import asdict
+
+        output.emit_json(asdict(summary))
+        raise typer.Exit(0)
+    output.table(f"sweep {name}: failure rate per point (Wilson 95%)",
+                 ["point", "runs", "failures", "rate", "interval", "first blocker"],
+                 [(p.label, f"{p.judged}/{p.runs}", p.failures, "-" if p.rate is None else f"{p.rate:.0%}",
+                   f"{p.interval[0]:.0%}–{p.interval[1]:.0%}", p.first_blocker or "") for p in summary.points])
+    if summary.boundary:
+        below = summary.clean_below
+        output.text(f"failures start at {summary.boundary.label}: {summary.boundary.failures}/"
+                    f"{summary.boundary.judged}, {summary.boundary.interval[0]:.0%}–"
+                    f"{summary.boundary.interval[1]:.0%}"
+                    + (f"; {below.label}: 0/{below.judged}, at most {below.interval[1]:.0%}" if below else ""))
+    else:
+        output.text("no failures")
+    output.text(f"next: dsv4ctl report {name} -o report.html")
+
+
+def report(campaign: Annotated[str, typer.Argument(help="Campaign name (see `dsv4ctl runs --json`).")],
+           out: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the page here.")] = None,
+           markdown: Annotated[bool, typer.Option("--markdown", help="Markdown instead of HTML.")] = False,
+           metric: Annotated[str, typer.Option(help="Metric whose distribution is plotted.")] = "gen_s",
+           db: DbOpt = None) -> None:
+    """A self-contained HTML (or Markdown) report of a campaign: runs, failure rates, metric distributions."""
+    from ..report import render_html, render_markdown, report_data
+    from ..store import open_store
+
+    data = report_data(open_store(db), campaign, metric)
+    text = render_markdown(data) if markdown else render_html(data)
+    if out:
+        out.write_text(text, encoding="utf-8")
+        output.text(f"wrote {out}")
+    else:
+        output.raw(text)
+
+
+def register(app: typer.Typer) -> None:
+    for command in (suite, sweep, report):
+        app.command()(command)

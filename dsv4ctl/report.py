@@ -1,0 +1,154 @@
+"""Campaign reports people can look at: `report_data` gathers, `render_html` / `render_markdown` draw.
+
+The HTML page is self-contained (inline CSS and SVG, no scripts, no network): the campaign table in the spirit of
+the port report's §6.1 (job, state, exit, elapsed, verdict, first blocker), failure rate per point with Wilson 95%
+intervals, and the distribution of a metric per experiment for A/B campaigns.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any
+
+from . import stats
+from .store import Store
+from .sweep import SweepSummary, summarise_campaign
+
+
+@dataclass
+class ReportData:
+    campaign: dict[str, Any]
+    runs: list[dict[str, Any]]
+    sweep: SweepSummary
+    metric: str
+    distributions: list[tuple[str, list[float]]]
+
+
+def report_data(store: Store, campaign: str, metric: str = "gen_s") -> ReportData:
+    info = store.campaign(campaign)
+    rows = store.runs(campaign=campaign)
+    runs = []
+    distributions: dict[str, list[float]] = {}
+    for row in rows:
+        verdict = store.verdict(row.id) or {}
+        blocker = verdict.get("first_blocker") or {}
+        runs.append({"run": row.id, "experiment": row.experiment, "job": row.job_id or "-", "state": row.state,
+                     "exit": f"{row.exit_code}:{row.signal}" if row.exit_code is not None else "-",
+                     "elapsed": f"{row.elapsed_s} s" if row.elapsed_s is not None else "-",
+                     "verdict": verdict.get("status", "-"), "passed": bool(verdict.get("passed")),
+                     "false_green": bool(verdict.get("false_green")),
+                     "blocker": (f"line {blocker.get('line')}: {blocker.get('kind')} — "
+                                 f"{(blocker.get('message') or '').splitlines()[0][:120]}") if blocker
+                     else (row.submit_message or "")})
+        value = store.metrics(row.id).get(metric)
+        if value is not None and verdict.get("passed"):
+            distributions.setdefault(row.experiment, []).append(value)
+    return ReportData(info, runs, summarise_campaign(store, campaign), metric, list(distributions.items()))
+
+
+# ---- SVG ------------------------------------------------------------------------------------------------------------
+
+
+def _label_width(labels) -> int:
+    """Room on the left for the longest label (about 7 px a character at 12 px), within reason."""
+    return min(520, max(120, 16 + 7 * max((len(label) for label in labels), default=10)))
+
+
+def svg_rates(summary: SweepSummary, width: int = 640) -> str:
+    """Failure rate per point: a dot with its Wilson 95% interval, 0-100% scale."""
+    points = summary.points
+    if not points:
+        return ""
+    row_h, right = 28, 40
+    left = _label_width(p.label for p in points)
+    width = max(width, left + 380)
+    height = row_h * len(points) + 40
+    scale = width - left - right
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+           f'aria-label="failure rate per point">']
+    for tick in (0, 25, 50, 75, 100):
+        x = left + scale * tick / 100
+        out.append(f'<line x1="{x}" y1="10" x2="{x}" y2="{height - 25}" stroke="#ddd"/>'
+                   f'<text x="{x}" y="{height - 8}" font-size="11" text-anchor="middle">{tick}%</text>')
+    for i, p in enumerate(points):
+        y = 22 + i * row_h
+        lo, hi = p.interval
+        colour = "#c0392b" if p.failures else "#27ae60"
+        out.append(f'<text x="{left - 8}" y="{y + 4}" font-size="12" text-anchor="end">{html.escape(p.label)}</text>')
+        out.append(f'<line x1="{left + scale * lo}" y1="{y}" x2="{left + scale * hi}" y2="{y}" stroke="{colour}" '
+                   f'stroke-width="3" stroke-linecap="round"/>')
+        if p.rate is not None:
+            out.append(f'<circle cx="{left + scale * p.rate}" cy="{y}" r="5" fill="{colour}"/>')
+        out.append(f'<text x="{width - right + 4}" y="{y + 4}" font-size="11">{p.failures}/{p.judged}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def svg_strip(groups: list[tuple[str, list[float]]], metric: str, width: int = 640) -> str:
+    """One row per experiment: every sample as a dot, the median as a bar."""
+    values = [v for _, vs in groups for v in vs]
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
+    lo, hi = lo - pad, hi + pad
+    row_h, right = 34, 20
+    left = _label_width(f"{name} (n={len(vs)})" for name, vs in groups)
+    width = max(width, left + 380)
+    height = row_h * len(groups) + 45
+    scale = width - left - right
+
+    def x(v: float) -> float:
+        return left + scale * (v - lo) / (hi - lo)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+           f'aria-label="{html.escape(metric)} per experiment">']
+    for i in range(5):
+        v = lo + (hi - lo) * i / 4
+        out.append(f'<line x1="{x(v)}" y1="10" x2="{x(v)}" y2="{height - 30}" stroke="#ddd"/>'
+                   f'<text x="{x(v)}" y="{height - 14}" font-size="11" text-anchor="middle">{v:.4g}</text>')
+    out.append(f'<text x="{left + scale / 2}" y="{height - 1}" font-size="11" text-anchor="middle">'
+               f'{html.escape(metric)}</text>')
+    for i, (name, vs) in enumerate(groups):
+        y = 24 + i * row_h
+        out.append(f'<text x="{left - 8}" y="{y + 4}" font-size="12" text-anchor="end">{html.escape(name)} '
+                   f'(n={len(vs)})</text>')
+        for v in vs:
+            out.append(f'<circle cx="{x(v):.1f}" cy="{y}" r="3.5" fill="#2c7fb8" fill-opacity="0.6"/>')
+        m = stats.median(vs)
+        out.append(f'<line x1="{x(m):.1f}" y1="{y - 10}" x2="{x(m):.1f}" y2="{y + 10}" stroke="#111" '
+                   f'stroke-width="2"/>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+# ---- pages -----------------------------------------------------------------------------------------------------------
+
+
+def render_html(data: ReportData) -> str:
+    from .render import _environment
+
+    return _environment().get_template("report.html.j2").render(
+        data=data, rates_svg=svg_rates(data.sweep), strip_svg=svg_strip(data.distributions, data.metric),
+        passed=sum(1 for r in data.runs if r["passed"]))
+
+
+def render_markdown(data: ReportData) -> str:
+    lines = [f"# Campaign {data.campaign['name']}", "",
+             f"{len(data.runs)} run(s) on {data.campaign['backend']}; "
+             f"{sum(1 for r in data.runs if r['passed'])} passed.", "",
+             "| run | experiment | job | state | exit | elapsed | verdict | first blocker |",
+             "|---:|---|---|---|---|---:|---|---|"]
+    for r in data.runs:
+        verdict = r["verdict"] + (" (false green)" if r["false_green"] else "")
+        lines.append(f"| {r['run']} | {r['experiment']} | {r['job']} | {r['state']} | {r['exit']} | {r['elapsed']} "
+                     f"| {verdict} | {r['blocker'].replace('|', '/')} |")
+    lines += ["", "## Failure rate per point (Wilson 95%)", "", "| point | failures | rate | interval |",
+              "|---|---:|---:|---|"]
+    for p in data.sweep.points:
+        rate = "-" if p.rate is None else f"{p.rate:.0%}"
+        lines.append(f"| {p.label} | {p.failures}/{p.judged} | {rate} | {p.interval[0]:.0%}–{p.interval[1]:.0%} |")
+    if data.sweep.boundary:
+        lines += ["", f"Failures start at **{data.sweep.boundary.label}**."]
+    return "\n".join(lines) + "\n"

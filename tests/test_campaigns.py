@@ -1,0 +1,133 @@
+"""Campaigns: regression suites (planning, skips with reasons, the pass/fail matrix), sweeps that find an injected
+batch boundary with Wilson intervals (on the live cluster), and reports checked in a real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from dsv4ctl.suite import plan_suite
+from dsv4ctl.sweep import wilson
+
+from .conftest import EXPERIMENTS, FIXTURES
+from .test_slurm import cluster, dsv4ctl, spec_file  # noqa: F401  (the live-cluster fixture)
+
+LOGS = FIXTURES / "logs"
+
+
+def test_wilson_interval_by_hand():
+    lo, hi = wilson(0, 6)
+    assert lo == 0.0 and hi == pytest.approx(0.390, abs=0.001)  # 0/6: up to 39%
+    lo, hi = wilson(3, 6)
+    assert (lo, hi) == (pytest.approx(0.188, abs=0.001), pytest.approx(0.812, abs=0.001))
+    assert wilson(6, 6)[1] == 1.0 and wilson(0, 0) == (0.0, 1.0)
+
+
+def test_regression_suites_cover_the_report_and_say_what_needs_the_cluster():
+    dcu = plan_suite(EXPERIMENTS / "regression", "cpu")
+    assert dcu.runnable == [] and len(dcu.skipped) == 10
+    assert all("needs the DCU cluster" in reason for _, reason in dcu.skipped)
+    assert len(plan_suite(EXPERIMENTS / "regression", "gfx936").runnable) == 10
+    cpu = plan_suite(EXPERIMENTS / "regression-cpu", "cpu")
+    assert len(cpu.runnable) == 8 and cpu.skipped == []
+
+
+def test_sweep_finds_an_injected_batch_boundary_on_the_cluster(cluster, tmp_path):  # noqa: F811
+    spec = spec_file(tmp_path, "batch-sweep", {"REPLAY_SYNTH": "1", "REPLAY_FAULT_AT_BATCH": "8",
+                                               "REPLAY_FAULT_RATE": "0.7"}, repeats=6,
+                     extra="matrix:\n  batch: [1, 2, 4, 8]\n")
+    db = str(tmp_path / "r.db")
+    args = ["--backend", "slurm", "--db", db, "--runs-dir", str(tmp_path / "runs"), "--campaign", "boundary"]
+    done = dsv4ctl("sweep", str(spec), *args, "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    points = {p["point"]["batch"]: p for p in summary["points"]}
+    assert [points[b]["failures"] for b in (1, 2, 4)] == [0, 0, 0]
+    assert points[8]["failures"] >= 1 and points[8]["judged"] == 6
+    assert summary["boundary"]["point"] == {"batch": 8}
+    assert summary["clean_below"]["point"] == {"batch": 4} and summary["clean_below"]["interval"][1] < 0.4
+    # resumable: running it again on the same campaign submits nothing new and gives the same summary
+    again = dsv4ctl("sweep", *args, "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["points"] == summary["points"]
+    human = dsv4ctl("sweep", *args)
+    assert "failures start at batch-sweep.batch=8" in human.stdout
+    # the report of the campaign, as a page and as Markdown
+    page = tmp_path / "report.html"
+    assert dsv4ctl("report", "boundary", "--db", db, "-o", str(page)).returncode == 0
+    text = page.read_text()
+    assert "Failures start at <b>batch-sweep.batch=8</b>" in text and "<svg" in text
+    md = dsv4ctl("report", "boundary", "--db", db, "--markdown").stdout
+    assert "| batch-sweep.batch=8 |" in md and "Failures start at **batch-sweep.batch=8**" in md
+    shoot(page, tmp_path / "report.png")
+
+
+def shoot(page, png) -> None:
+    """Render the page in a real headless Chromium and check that it drew something."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.fail("chromium is missing: ./scripts/setup installs it (apt-get install chromium)")
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+                    f"--user-data-dir={png.parent / 'chrome-profile'}", f"--screenshot={png}",
+                    "--window-size=1200,1400", f"file://{page}"], capture_output=True, timeout=120)
+    assert png.exists() and png.stat().st_size > 20_000
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                          f"--user-data-dir={png.parent / 'chrome-profile2'}", "--dump-dom", f"file://{page}"],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert "failure rate per point" in dom and "Failure rate per point" in dom
+
+
+def test_report_escapes_what_runs_printed(tmp_path, cli):
+    db = str(tmp_path / "r.db")
+    bad = tmp_path / "x.log"
+    bad.write_text((LOGS / "J12.log").read_text().replace("got auto", "got <script>alert(1)</script>"))
+    cli("ingest", "--log", bad, "--experiment", "escape-test", "--db", db)
+    from dsv4ctl.report import render_html, report_data
+    from dsv4ctl.store import open_store
+
+    store = open_store(db)
+    store.db.execute("INSERT INTO campaigns (name, backend, command, created_at) VALUES ('c', 'ingest', 'x', 'now')")
+    store.db.execute("UPDATE runs SET campaign_id = (SELECT id FROM campaigns WHERE name = 'c')")
+    page = render_html(report_data(store, "c"))
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
+
+
+def test_suite_on_the_cluster_prints_the_matrix_with_failures_and_skips(cluster, tmp_path):  # noqa: F811
+    suite_dir = tmp_path / "suite"
+    suite_dir.mkdir()
+    spec_file(suite_dir, "a-good", {"REPLAY_LOG": str(LOGS / "J17.log")})
+    spec_file(suite_dir, "b-false-green", {"REPLAY_LOG": str(LOGS / "J08.log"), "REPLAY_EXIT": "0"})
+    dcu = spec_file(suite_dir, "c-dcu-only", {"REPLAY_LOG": str(LOGS / "J17.log")})
+    dcu.write_text(dcu.read_text().replace("platform: cpu", "platform: gfx936"))
+    db = str(tmp_path / "r.db")
+    done = dsv4ctl("suite", str(suite_dir), "--backend", "slurm", "--db", db, "--runs-dir", str(tmp_path / "runs"),
+                   "--json")
+    assert done.returncode == 1, done.stderr  # one case failed
+    cases = {c["case"]: c for c in json.loads(done.stdout)["cases"]}
+    assert cases["a-good"]["ok"] and not cases["b-false-green"]["ok"]
+    assert cases["b-false-green"]["first_blocker"].startswith("degenerate_output")
+    assert "needs the DCU cluster" in cases["c-dcu-only"]["skipped"]
+    human = dsv4ctl("suite", str(suite_dir), "--backend", "slurm", "--db", db, "--runs-dir", str(tmp_path / "r2"))
+    assert "FAIL" in human.stdout and "SKIPPED" in human.stdout and "PASS" in human.stdout
+
+
+@pytest.mark.engine
+def test_the_cpu_regression_suite_passes_on_the_real_engine(tmp_path):
+    from .test_engine import ENGINE_PYTHON, MODEL
+
+    if not ENGINE_PYTHON.exists() or not (MODEL / "dsv4ctl-build.json").exists():
+        pytest.fail("no CPU engine: ./scripts/test builds it")
+    db = str(tmp_path / "r.db")
+    done = dsv4ctl("suite", str(EXPERIMENTS / "regression-cpu"), "--backend", "local", "--db", db, "--runs-dir",
+                   str(tmp_path / "runs"), "--json")
+    cases = json.loads(done.stdout)["cases"]
+    assert done.returncode == 0, [c for c in cases if not c["ok"]]
+    assert len(cases) == 9 and all(c["ok"] for c in cases)
+    page = tmp_path / "suite.html"
+    campaign = json.loads(done.stdout)["campaign"]
+    assert dsv4ctl("report", campaign, "--db", db, "-o", str(page)).returncode == 0
+    shoot(page, tmp_path / "suite.png")
