@@ -120,6 +120,7 @@ class RequestBlock:
     token_decode: list[str] | None = None
     output_repr: str | None = None
     output: str | None = None
+    logprobs: list[list[list[float]]] | None = None  # per position, the top-N [token_id, logprob] pairs
 
 
 @dataclass
@@ -677,6 +678,11 @@ class LogParser:
             request.output_repr = value
         elif key == "OUTPUT":
             request.output = value
+        elif key == "LOGPROBS":
+            try:
+                request.logprobs = json.loads(value)
+            except (ValueError, RecursionError):
+                request.logprobs = None
 
     def _set_list(self, request: RequestBlock, key: str, text: str) -> None:
         if key == "TOKEN_IDS":

@@ -122,6 +122,8 @@ class EnvironmentSpec(_Strict):
 
 class ExpectSpec(_Strict):
     golden_token_ids: list[list[int]] | list[int] | None = None
+    golden_logprobs: list[Any] | None = Field(
+        None, description="Per request, the golden's top-N [token_id, logprob] pairs per position (vLLM's rule).")
     max_repeat_run: int = Field(8, ge=2)
     bos_id: int = Field(0, ge=0)
 

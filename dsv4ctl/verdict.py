@@ -9,7 +9,8 @@ Status, first match wins:
   incomplete    no (or not all) results and no error: killed by the scheduler, or the log stops early
   degenerate    results exist, but a request has a BOS run >= 2, one token repeated >= max_repeat_run times,
                 no tokens, unreadable ids, fewer tokens than asked with ignore_eos, tokens that diverge from the
-                expected golden sequence, or the probe itself said so
+                expected golden sequence (unless vLLM's logprob rule accepts the first difference: each side's token
+                in the other's top-N), or the probe itself said so
   coherent      none of the above
 
 passed       = coherent, PY_EXIT 0, and no scheduler record or COMPLETED 0:0.
@@ -39,6 +40,7 @@ class VerdictOptions:
     ignore_eos: bool | None = None
     expected_requests: int | None = None
     golden: tuple[tuple[int, ...] | None, ...] = ()  # expected greedy token ids per request
+    golden_logprobs: tuple[Any, ...] = ()  # per request: the golden's top-N [token_id, logprob] pairs per position
 
     def merged_with(self, expect: dict[str, Any]) -> "VerdictOptions":
         """Fill what the caller left unset from the probe's DSV4_EXPECT line."""
@@ -51,6 +53,7 @@ class VerdictOptions:
             expected_requests=self.expected_requests if self.expected_requests is not None
             else expect.get("n_requests"),
             golden=self.golden,
+            golden_logprobs=self.golden_logprobs,
         )
 
 
@@ -146,6 +149,26 @@ def first_divergence(golden: tuple[int, ...] | list[int], ids: list[int]) -> tup
     return None
 
 
+def _top_ids(logprobs: Any, position: int) -> set[int] | None:
+    if not logprobs or position >= len(logprobs) or logprobs[position] is None:
+        return None
+    return {int(pair[0]) for pair in logprobs[position]}
+
+
+def close_by_logprobs(position: int, expected: int | None, got: int | None, run_logprobs: Any,
+                      golden_logprobs: Any) -> bool:
+    """vLLM's check_logprobs_close: at the first differing position, each side's token must be in the other
+    side's top-N logprobs; after that the sequences may legitimately diverge. Without the run's logprobs at that
+    position, a difference is a difference."""
+    if expected is None or got is None:
+        return False
+    run_top = _top_ids(run_logprobs, position)
+    if run_top is None or expected not in run_top:
+        return False
+    golden_top = _top_ids(golden_logprobs, position)
+    return golden_top is None or got in golden_top
+
+
 def judge_request(request: RequestBlock, opts: VerdictOptions) -> RequestVerdict:
     ids = request.token_ids
     bos = longest_run(bos_flags(request, opts.bos_id))
@@ -166,7 +189,9 @@ def judge_request(request: RequestBlock, opts: VerdictOptions) -> RequestVerdict
     divergence = first_divergence(golden, ids) if golden is not None and not request.ids_gaps else None
     if divergence is not None:
         position, expected, got = divergence
-        problems.append(f"diverges from the golden at token {position}: expected {expected}, got {got}")
+        golden_top = opts.golden_logprobs[index] if index < len(opts.golden_logprobs) else None
+        if not close_by_logprobs(position, expected, got, request.logprobs, golden_top):
+            problems.append(f"diverges from the golden at token {position}: expected {expected}, got {got}")
     return RequestVerdict(index=request.index if request.index is not None else 0, line=request.line,
                           token_ids=ids, n_tokens=len(ids), finish_reason=request.finish_reason, bos_run=bos,
                           max_repeat_run=repeat, problems=problems, ids_elided=bool(request.ids_gaps),

@@ -32,7 +32,8 @@ def options_for(spec: ExperimentSpec) -> VerdictOptions:
     golden = tuple(tuple(g) if (g := spec.expect.golden_for(i)) is not None else None for i in range(n))
     return VerdictOptions(bos_id=spec.expect.bos_id, max_repeat_run=spec.expect.max_repeat_run,
                           expected_tokens=spec.sampling.max_tokens, ignore_eos=spec.sampling.ignore_eos,
-                          expected_requests=n, golden=golden if any(g is not None for g in golden) else ())
+                          expected_requests=n, golden=golden if any(g is not None for g in golden) else (),
+                          golden_logprobs=tuple(spec.expect.golden_logprobs or ()))
 
 
 def summary_of(status: JobStatus) -> SchedulerSummary:

@@ -144,3 +144,30 @@ def test_golden_divergence_names_the_first_position():
     changed = GOOD[:5] + [99] + GOOD[6:]
     v = judge(facts_with(changed), options=opts)
     assert v.status == "degenerate" and "token 5: expected 6, got 99" in v.reasons[0]
+
+
+def test_vllms_logprob_rule_accepts_a_close_first_difference():
+    golden = tuple(GOOD)
+    changed = GOOD[:5] + [99] + GOOD[6:]
+    facts = facts_with(changed)
+    top = [[[t, -0.1], [t + 1000, -2.0]] for t in changed]  # the run's top-2 at each position
+    top[5] = [[99, -0.6], [GOOD[5], -0.8]]  # the golden token was the runner-up: close
+    facts.requests[0].logprobs = top
+    assert judge(facts, options=VerdictOptions(golden=(golden,))).status == "coherent"
+    top[5] = [[99, -0.6], [1234, -0.8]]  # the golden token is not in the run's top-N: a real difference
+    assert judge(facts, options=VerdictOptions(golden=(golden,))).status == "degenerate"
+    # with the golden's own logprobs, the run's token must be in the golden's top-N too
+    top[5] = [[99, -0.6], [GOOD[5], -0.8]]
+    golden_top = [[[t, -0.1]] for t in GOOD]
+    opts = VerdictOptions(golden=(golden,), golden_logprobs=(golden_top,))
+    assert judge(facts, options=opts).status == "degenerate"
+    golden_top[5] = [[GOOD[5], -0.5], [99, -0.9]]
+    assert judge(facts, options=VerdictOptions(golden=(golden,), golden_logprobs=(golden_top,))).status == \
+        "coherent"
+
+
+def test_logprobs_lines_are_parsed():
+    from dsv4ctl.logparse import parse_bytes
+
+    facts = parse_bytes(b"TOKEN_IDS: [5, 6]\nFINISH_REASON: length\nLOGPROBS: [[[5, -0.1], [7, -2.5]], [[6, -0.2]]]\n")
+    assert facts.requests[0].logprobs == [[[5, -0.1], [7, -2.5]], [[6, -0.2]]]

@@ -121,7 +121,8 @@ def registry_stage(spec: dict[str, Any]) -> None:
     say(f"{arch} registered: {arch in ModelRegistry.get_supported_archs()}")
 
 
-def request_block(index: int, out: Any, tokenizer, bos_id: int, fault: str | None) -> tuple[list[int], str]:
+def request_block(index: int, out: Any, tokenizer, bos_id: int, fault: str | None):
+    """Print one request's block; return its token ids, finish reason and top-N logprobs (when asked for)."""
     completion = out.outputs[0]
     ids = faults.corrupt_ids(fault, list(completion.token_ids), bos_id)
     decode = [tokenizer.decode([t], skip_special_tokens=False) for t in ids]
@@ -132,11 +133,14 @@ def request_block(index: int, out: Any, tokenizer, bos_id: int, fault: str | Non
     say(f"TOKEN_DECODE: {decode!r}")
     say(f"OUTPUT_REPR: {text!r}")
     say(f"OUTPUT: {text}")
+    top: list[list[list[float]]] | None = None
     if completion.logprobs:
-        finite = all(lp.logprob == lp.logprob and abs(lp.logprob) != float("inf")
-                     for step in completion.logprobs for lp in step.values())
+        top = [sorted(([int(t), float(lp.logprob)] for t, lp in step.items()), key=lambda p: -p[1])
+               for step in completion.logprobs]
+        say(f"LOGPROBS: {json.dumps(top)}")
+        finite = all(lp == lp and abs(lp) != float("inf") for step in top for _, lp in step)
         say(f"[DSV4_DIAG] output_logprobs_finite = {finite}")
-    return ids, completion.finish_reason
+    return ids, completion.finish_reason, top
 
 
 def ttft(outputs: list[Any]) -> float | None:
@@ -191,8 +195,8 @@ def main(argv: list[str]) -> int:
     tokenizer = llm.get_tokenizer()
     blocks = []
     for index, out in enumerate(outputs):
-        ids, finish = request_block(index, out, tokenizer, expect["bos_id"], fault)
-        blocks.append(RequestBlock(line=0, index=index, token_ids=ids, finish_reason=finish))
+        ids, finish, top = request_block(index, out, tokenizer, expect["bos_id"], fault)
+        blocks.append(RequestBlock(line=0, index=index, token_ids=ids, finish_reason=finish, logprobs=top))
     n_tokens = sum(len(b.token_ids) for b in blocks)
     gen_s = statistics.median(timings)
     metrics = {"gen_s": round(gen_s, 6), "output_tokens": n_tokens,
@@ -205,7 +209,8 @@ def main(argv: list[str]) -> int:
     options = VerdictOptions(bos_id=expect["bos_id"], max_repeat_run=expect["max_repeat_run"],
                              expected_tokens=spec["sampling"]["max_tokens"], ignore_eos=spec["sampling"]["ignore_eos"],
                              expected_requests=len(requests),
-                             golden=tuple(tuple(g) if g else None for g in golden) if any(golden) else ())
+                             golden=tuple(tuple(g) if g else None for g in golden) if any(golden) else (),
+                             golden_logprobs=tuple(expect.get("golden_logprobs") or ()))
     verdict = judge(LogFacts(requests=blocks, metrics=metrics, py_exit=0), None, options)
     say(f"DSV4_VERDICT: {verdict.status.upper()}" + (f" ({'; '.join(verdict.reasons)})" if verdict.reasons else ""))
     if faults.force_exit0():
