@@ -13,7 +13,7 @@ Exit codes: 0 promote, 1 reject or blocked, 3 inconclusive.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
