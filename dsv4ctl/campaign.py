@@ -112,7 +112,7 @@ def submit(store: Store, spec_paths: list[Path], backend: str = "auto", *, repea
         outcome.run_ids.append(run_id)
         groups.setdefault((group, str(point_dir)), []).append(run_id)
     for (group, _), run_ids in groups.items():
-        rows = [store.find_run(str(i)) for i in run_ids]
+        rows = store.runs_by_ids(run_ids)
         submit_rows(store, scheduler, rows, array=not group.startswith("single:"), outcome=outcome)
     return outcome
 

@@ -247,7 +247,7 @@ def _side_result(store: Store, side: Side, metric: str) -> SideResult:
     return SideResult(side.name, summary.n, summary.median, summary.ci, values, [r.id for r in side.runs], failed)
 
 
-def _paired(store: Store, base: Side, cand: Side, metric: str) -> dict[str, Any] | None:
+def _paired(base: Side, cand: Side) -> dict[str, Any] | None:
     left = {r.pair_id: r for r in base.runs if r.pair_id is not None}
     right = {r.pair_id: r for r in cand.runs if r.pair_id is not None}
     diffs = []
@@ -308,7 +308,7 @@ def compare(store: Store, baseline: str, candidate: str, metric: str = "gen_s", 
                       ratio=ratio, ratio_ci=ratio_ci, p_value=p, significant=significant, decision=decision,
                       reasons=reasons, differences=diffs, token_differences=token_differences(store, base_side,
                                                                                               cand_side),
-                      warnings=warnings, paired=_paired(store, base_side, cand_side, metric),
+                      warnings=warnings, paired=_paired(base_side, cand_side),
                       runs_needed=needed, min_runs=min_runs)
 
 

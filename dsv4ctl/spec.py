@@ -127,14 +127,6 @@ class ExpectSpec(_Strict):
     max_repeat_run: int = Field(8, ge=2)
     bos_id: int = Field(0, ge=0)
 
-    def golden_for(self, index: int) -> list[int] | None:
-        ids = self.golden_token_ids
-        if not ids:
-            return None
-        if isinstance(ids[0], list):
-            return ids[index] if index < len(ids) else None
-        return ids if index == 0 else None  # one flat list is the first request's golden
-
 
 class ThroughputSpec(_Strict):
     iterations: int = Field(0, ge=0, description="0: one judged generation. N: N timed repeats after warm-up.")

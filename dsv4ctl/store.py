@@ -199,6 +199,14 @@ class Store:
             params.append(status)
         return self._select(" AND ".join(clauses) or "1", params)
 
+    def runs_by_ids(self, run_ids: list[int]) -> list[RunRow]:
+        """These runs, in id order, in one query per chunk."""
+        rows: list[RunRow] = []
+        for start in range(0, len(run_ids), 900):
+            chunk = run_ids[start:start + 900]
+            rows += self._select(f"runs.id IN ({','.join('?' * len(chunk))})", chunk)
+        return sorted(rows, key=lambda r: r.id)
+
     def runs_in_flight(self) -> list[RunRow]:
         """Runs still waiting on the scheduler, and finished jobs not judged yet (sacct still settling)."""
         from .sacct import FINAL_STATES

@@ -104,6 +104,25 @@ class Verdict:
         return asdict(self)
 
 
+def batch_size(snapshot: dict[str, Any]) -> int:
+    """How many requests a spec submits together: `batch`, else the number of requests."""
+    return snapshot.get("batch") or len(snapshot["requests"])
+
+
+def options_for_spec(snapshot: dict[str, Any]) -> VerdictOptions:
+    """The verdict options a spec implies, from its JSON snapshot (what the CLI stores and the job receives)."""
+    expect, sampling = snapshot["expect"], snapshot["sampling"]
+    n = batch_size(snapshot)
+    ids = expect.get("golden_token_ids") or []
+    if ids and not isinstance(ids[0], list):
+        ids = [ids]  # one flat list is the first request's golden
+    golden = tuple(tuple(ids[i]) if i < len(ids) else None for i in range(n)) if ids else ()
+    return VerdictOptions(bos_id=expect["bos_id"], max_repeat_run=expect["max_repeat_run"],
+                          expected_tokens=sampling["max_tokens"], ignore_eos=sampling["ignore_eos"],
+                          expected_requests=n, golden=golden,
+                          golden_logprobs=tuple(expect.get("golden_logprobs") or ()))
+
+
 # ---- token checks ------------------------------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@ and each job judged once it has settled in a final state."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -12,9 +13,8 @@ from .campaign import reconcile
 from .logparse import parse_file
 from .sacct import SchedulerSummary
 from .scheduler import JobRef, JobStatus, get_scheduler
-from .spec import ExperimentSpec
 from .store import SUBMITTING, RunRow, Store
-from .verdict import Verdict, VerdictOptions, judge
+from .verdict import Verdict, judge, options_for_spec
 
 SETTLE_GRACE_S = 15  # sacct fills step rows in a few seconds after the job row turns final
 
@@ -27,15 +27,6 @@ class PollReport:
     in_flight: int = 0
 
 
-def options_for(spec: ExperimentSpec) -> VerdictOptions:
-    n = len(spec.batch_requests())
-    golden = tuple(tuple(g) if (g := spec.expect.golden_for(i)) is not None else None for i in range(n))
-    return VerdictOptions(bos_id=spec.expect.bos_id, max_repeat_run=spec.expect.max_repeat_run,
-                          expected_tokens=spec.sampling.max_tokens, ignore_eos=spec.sampling.ignore_eos,
-                          expected_requests=n, golden=golden if any(g is not None for g in golden) else (),
-                          golden_logprobs=tuple(spec.expect.golden_logprobs or ()))
-
-
 def summary_of(status: JobStatus) -> SchedulerSummary:
     return SchedulerSummary(job_id=status.job_id, state=status.state, state_detail=status.state_detail,
                             exit_code=status.exit_code, signal=status.signal, elapsed_s=status.elapsed_s,
@@ -44,12 +35,12 @@ def summary_of(status: JobStatus) -> SchedulerSummary:
 
 def judge_run(store: Store, row: RunRow, status: JobStatus | None) -> Verdict:
     """Judge a run from its raw log and scheduler record, and store the verdict and its metrics."""
-    spec = ExperimentSpec.model_validate_json(store.spec_json(row.experiment_id))
+    snapshot = json.loads(store.spec_json(row.experiment_id))
     log = Path(row.log_path) if row.log_path else None
     from .logparse import LogFacts
 
     facts = parse_file(str(log)) if log and log.exists() else LogFacts()
-    verdict = judge(facts, summary_of(status) if status else None, options_for(spec))
+    verdict = judge(facts, summary_of(status) if status else None, options_for_spec(snapshot))
     store.save_verdict(row.id, verdict.to_json())
     return verdict
 
@@ -71,11 +62,12 @@ def poll_once(store: Store) -> PollReport:
         by_backend.setdefault(row.backend, []).append(row)
     for backend, group in by_backend.items():
         scheduler = get_scheduler(backend)
-        for row in [r for r in group if r.state == SUBMITTING]:
-            if reconcile(store, scheduler, row):
-                report.notes.append(f"run {row.id}: found its job after an interrupted submit")
-                report.changed.append(row.id)
-        group = [store.find_run(str(r.id)) for r in group]
+        recovered = [r.id for r in group if r.state == SUBMITTING and reconcile(store, scheduler, r)]
+        if recovered:  # only these changed in the store since the rows were read
+            report.notes += [f"run {i}: found its job after an interrupted submit" for i in recovered]
+            report.changed += recovered
+            fresh = {r.id: r for r in store.runs_by_ids(recovered)}
+            group = [fresh.get(r.id, r) for r in group]
         refs = [JobRef(r.job_id, Path(r.run_dir)) for r in group if r.job_id]
         statuses, notes = scheduler.poll(refs)
         report.notes += notes

@@ -171,3 +171,18 @@ def test_logprobs_lines_are_parsed():
 
     facts = parse_bytes(b"TOKEN_IDS: [5, 6]\nFINISH_REASON: length\nLOGPROBS: [[[5, -0.1], [7, -2.5]], [[6, -0.2]]]\n")
     assert facts.requests[0].logprobs == [[[5, -0.1], [7, -2.5]], [[6, -0.2]]]
+
+
+def test_options_for_spec_are_shared_by_cli_and_probe():
+    from dsv4ctl.specload import load_spec
+    from dsv4ctl.verdict import options_for_spec
+
+    from .conftest import EXPERIMENTS
+
+    snapshot = load_spec(EXPERIMENTS / "cpu-smoke.yaml")[0].spec.snapshot()
+    opts = options_for_spec(snapshot)
+    assert (opts.expected_requests, opts.expected_tokens, opts.ignore_eos, opts.golden) == (3, 32, True, ())
+    snapshot["batch"], snapshot["expect"]["golden_token_ids"] = 5, [1, 2, 3]  # a flat list: request 0's golden
+    assert options_for_spec(snapshot).golden == ((1, 2, 3), None, None, None, None)
+    snapshot["expect"]["golden_token_ids"] = [[1], [2]]
+    assert options_for_spec(snapshot).golden == ((1,), (2,), None, None, None)

@@ -53,7 +53,7 @@ def _watch_until_done(store, run_ids: list[int], quiet: bool) -> None:
     live = output.live_status()
     with live:
         def on_round(report) -> None:
-            rows = [r for r in store.runs() if r.id in wanted]
+            rows = store.runs_by_ids(sorted(wanted))
             live.update(rows, store.verdict_summaries(list(wanted)), report.notes)
 
         watch(store, on_round=on_round)
@@ -101,7 +101,7 @@ def submit(specs: SpecsArg,
                               array=array, command=command, planned=planned, pairs=pairs)
     if wait:
         _watch_until_done(store, outcome.run_ids, quiet=json)
-    rows = [store.find_run(str(i)) for i in outcome.run_ids]
+    rows = store.runs_by_ids(outcome.run_ids)
     if json:
         output.emit_json({"campaign": outcome.campaign, "runs": [_run_json(store, r) for r in rows]})
     else:
@@ -131,7 +131,7 @@ def status(campaign: Annotated[Optional[str], typer.Option(help="Only this campa
         notes: list[str] = []
     else:
         notes = poll_once(store).notes
-    rows = [store.find_run(str(i)) for i in ids]
+    rows = store.runs_by_ids(ids)
     if json:
         output.emit_json({"notes": notes, "runs": [_run_json(store, r) for r in rows]})
     else:
@@ -219,7 +219,7 @@ def resume(campaign: Annotated[str, typer.Argument(help="Campaign name (see `dsv
     outcome = resume_campaign(store, campaign)
     if wait and outcome.run_ids:
         _watch_until_done(store, outcome.run_ids, quiet=json)
-    rows = [store.find_run(str(i)) for i in outcome.run_ids]
+    rows = store.runs_by_ids(outcome.run_ids)
     if json:
         output.emit_json({"campaign": campaign, "resubmitted": [_run_json(store, r) for r in rows]})
     else:

@@ -55,9 +55,10 @@ def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def batch_requests(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    from dsv4ctl.verdict import batch_size
+
     requests = spec["requests"]
-    n = spec.get("batch") or len(requests)
-    return [requests[i % len(requests)] for i in range(n)]
+    return [requests[i % len(requests)] for i in range(batch_size(spec))]
 
 
 def sampling_params(spec: dict[str, Any]):
@@ -155,7 +156,7 @@ def ttft(outputs: list[Any]) -> float | None:
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0] if argv else "spec.json").read_text(encoding="utf-8"))
     from dsv4ctl.logparse import LogFacts, RequestBlock
-    from dsv4ctl.verdict import VerdictOptions, judge
+    from dsv4ctl.verdict import judge, options_for_spec
 
     fault = faults.active()
     env_stage(spec)
@@ -204,23 +205,9 @@ def main(argv: list[str]) -> int:
     if len(timings) > 1:
         metrics["gen_s_all"] = [round(t, 6) for t in timings]
     say("DSV4_METRICS: " + json.dumps(metrics))
-    golden = [expect_golden(expect, i) for i in range(len(requests))]
-    options = VerdictOptions(bos_id=expect["bos_id"], max_repeat_run=expect["max_repeat_run"],
-                             expected_tokens=spec["sampling"]["max_tokens"], ignore_eos=spec["sampling"]["ignore_eos"],
-                             expected_requests=len(requests),
-                             golden=tuple(tuple(g) if g else None for g in golden) if any(golden) else (),
-                             golden_logprobs=tuple(expect.get("golden_logprobs") or ()))
+    options = options_for_spec(spec)
     verdict = judge(LogFacts(requests=blocks, metrics=metrics, py_exit=0), None, options)
     say(f"DSV4_VERDICT: {verdict.status.upper()}" + (f" ({'; '.join(verdict.reasons)})" if verdict.reasons else ""))
     if faults.force_exit0():
         return 0
     return 0 if verdict.status == "coherent" else EXIT_NOT_COHERENT
-
-
-def expect_golden(expect: dict[str, Any], index: int) -> list[int] | None:
-    ids = expect.get("golden_token_ids")
-    if not ids:
-        return None
-    if isinstance(ids[0], list):
-        return ids[index] if index < len(ids) else None
-    return ids if index == 0 else None
