@@ -204,7 +204,7 @@ def resume(store: Store, campaign: str) -> SubmitOutcome:
     outcome = SubmitOutcome(campaign)
     judged = set(store.verdict_summaries([r.id for r in store.runs(campaign=campaign)]))
     for row in store.runs(campaign=campaign):
-        from .sacct import FINAL_STATES
+        from .judge.states import FINAL as FINAL_STATES
 
         redo = row.state in (PLANNED, SUBMIT_FAILED) or (row.state in FINAL_STATES and row.id not in judged)
         if not redo:

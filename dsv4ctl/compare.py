@@ -221,7 +221,7 @@ def token_differences(store: Store, base: Side, cand: Side) -> list[dict[str, An
     a, b = first_tokens(base), first_tokens(cand)
     if a is None or b is None:
         return []
-    from .verdict import first_divergence
+    from .judge.rules import first_divergence
 
     out = []
     for index, (left, right) in enumerate(zip(a, b)):

@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 from .errors import Dsv4Error
-from .judge import judge_files
+from .judge.files import judge_files
 from .store import Store, now
 from .switches import BY_NAME
-from .verdict import Verdict
+from .judge.rules import Verdict
 
 
 def parse_switches(pairs: list[str]) -> dict[str, str]:

@@ -23,10 +23,10 @@ from .errors import Dsv4Error
 DEFAULT_DB = "results.db"
 BUSY_TIMEOUT_S = 60
 
-# Run states dsv4ctl adds to the scheduler's: before a job exists, and when a job cannot be found any more.
-PLANNED, SUBMITTING, SUBMIT_FAILED, UNKNOWN, LOST = "PLANNED", "SUBMITTING", "SUBMIT_FAILED", "UNKNOWN", "LOST"
-IN_FLIGHT = (SUBMITTING, "PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING", "CONFIGURING",
-             "PREEMPTED_WAIT", UNKNOWN)
+# Run states: the one list (judge/states.py); dsv4ctl's own words re-exported for the modules that set them.
+from .judge.states import FINAL, LOST, PLANNED, SUBMIT_FAILED, SUBMITTING, UNKNOWN  # noqa: F401, E402
+# Not waiting on the scheduler: never submitted, refused, or lost. Every other non-final word is followed.
+NOT_WAITING = (PLANNED, SUBMIT_FAILED, LOST)
 
 
 class StoreError(Dsv4Error):
@@ -209,13 +209,11 @@ class Store:
 
     def runs_in_flight(self) -> list[RunRow]:
         """Runs still waiting on the scheduler, and finished jobs not judged yet (sacct still settling)."""
-        from .sacct import FINAL_STATES
-
-        marks = ",".join("?" * len(IN_FLIGHT))
-        finals = ",".join("?" * len(FINAL_STATES))
-        return self._select(f"runs.state IN ({marks}) OR (runs.state IN ({finals}) AND runs.ingested = 0 "
+        idle = ",".join("?" * (len(NOT_WAITING) + len(FINAL)))
+        finals = ",".join("?" * len(FINAL))
+        return self._select(f"runs.state NOT IN ({idle}) OR (runs.state IN ({finals}) AND runs.ingested = 0 "
                             f"AND runs.id NOT IN (SELECT run_id FROM verdicts))",
-                            [*IN_FLIGHT, *sorted(FINAL_STATES)])
+                            [*NOT_WAITING, *sorted(FINAL), *sorted(FINAL)])
 
     def find_run(self, ref: str) -> RunRow:
         """A run by run id (`12`), job id (`4711`, `4711_3`, `local:123`) or token."""

@@ -6,7 +6,7 @@ from itertools import islice
 from pathlib import Path
 
 from . import output
-from .verdict import Verdict
+from .judge.rules import Verdict
 
 _STATUS_STYLE = {"coherent": "bold green", "degenerate": "bold yellow", "incomplete": "bold yellow"}
 

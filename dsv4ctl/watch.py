@@ -10,11 +10,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .campaign import reconcile
-from .logparse import parse_file
-from .sacct import SchedulerSummary
+from .judge.scan import parse_file
+from .judge.sacct import SchedulerSummary
 from .scheduler import JobRef, JobStatus, get_scheduler
 from .store import SUBMITTING, RunRow, Store
-from .verdict import Verdict, judge, options_for_spec
+from .judge.rules import Verdict, judge, options_for_spec
 
 SETTLE_GRACE_S = 15  # sacct fills step rows in a few seconds after the job row turns final
 
@@ -37,7 +37,7 @@ def judge_run(store: Store, row: RunRow, status: JobStatus | None) -> Verdict:
     """Judge a run from its raw log and scheduler record, and store the verdict and its metrics."""
     snapshot = json.loads(store.spec_json(row.experiment_id))
     log = Path(row.log_path) if row.log_path else None
-    from .logparse import LogFacts
+    from .judge.scan import LogFacts
 
     facts = parse_file(str(log)) if log and log.exists() else LogFacts()
     verdict = judge(facts, summary_of(status) if status else None, options_for_spec(snapshot))
@@ -115,7 +115,7 @@ def watch(store: Store, on_round=None, interval_s: float = 2.0, max_interval_s: 
 
 def rejudge(ref: str, db: str | None = None) -> tuple[Verdict, Path]:
     """`dsv4ctl verdict JOB`: judge a stored run again from its log and the scheduler's live record."""
-    from .judge import judge_files
+    from .judge.files import judge_files
     from .store import open_store
 
     store = open_store(db)

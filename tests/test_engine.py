@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from dsv4ctl.campaign import submit
-from dsv4ctl.judge import judge_files
+from dsv4ctl.judge.files import judge_files
 from dsv4ctl.store import open_store
-from dsv4ctl.verdict import VerdictOptions
+from dsv4ctl.judge.rules import VerdictOptions
 from dsv4ctl.watch import watch
 
 from .conftest import EXPERIMENTS, ROOT
@@ -95,8 +95,8 @@ def test_cpu_smoke_equals_the_hf_transformers_golden(engine_campaign):
     wrong = [list(g) for g in golden]
     wrong[1][7] += 1
     v = judge_files(Path(run.log_path))
-    from dsv4ctl.logparse import parse_file
-    from dsv4ctl.verdict import judge
+    from dsv4ctl.judge.scan import parse_file
+    from dsv4ctl.judge.rules import judge
 
     v = judge(parse_file(run.log_path), None, VerdictOptions(golden=tuple(tuple(g) for g in wrong)))
     assert v.status == "degenerate" and "request 1: diverges from the golden at token 7" in v.reasons[0]

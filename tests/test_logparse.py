@@ -7,7 +7,7 @@ from dataclasses import asdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsv4ctl.logparse import LogParser, parse_bytes, parse_decode_list, parse_token_ids
+from dsv4ctl.judge.scan import LogParser, parse_bytes, parse_decode_list, parse_token_ids
 
 from .conftest import FIXTURES
 
@@ -148,7 +148,7 @@ def test_constant_memory_caps_are_counted():
        fractions=st.lists(st.floats(0, 1), max_size=6))
 def test_stdlib_finder_and_accelerated_finder_agree(name, fractions):
     """The job venv parses with bytes.find alone; the CLI with ahocorasick-rs. Same log, same facts."""
-    from dsv4ctl import logparse
+    from dsv4ctl.judge import scan as logparse
 
     data = (LOGS / f"{name}.log").read_bytes()
     cuts = [int(f * len(data)) for f in fractions]
@@ -165,7 +165,7 @@ def test_stdlib_finder_and_accelerated_finder_agree(name, fractions):
 def test_parse_stream_with_a_small_buffer_matches_parse_bytes():
     import io
 
-    from dsv4ctl.logparse import parse_stream
+    from dsv4ctl.judge.scan import parse_stream
 
     for name in ("J01", "J05", "J17", "cut-mid-load"):
         data = (LOGS / f"{name}.log").read_bytes()

@@ -171,7 +171,7 @@ def test_validate_is_silent_and_free_by_default(monkeypatch):
 
 
 def test_debug_lines_are_what_the_verdict_parser_reads(monkeypatch):
-    from dsv4ctl.logparse import parse_bytes
+    from dsv4ctl.judge.scan import parse_bytes
 
     monkeypatch.setenv("DSV4_SPARSE_DEBUG", "1")
     out = io.StringIO()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dsv4ctl.sacct import (FINAL_STATES, SacctParseError, parse_elapsed, parse_rss, parse_sacct, summarise)
+from dsv4ctl.judge.states import is_final, normalise
+from dsv4ctl.judge.sacct import (FINAL_STATES, SacctParseError, parse_elapsed, parse_rss, parse_sacct, summarise)
 
 LIVE = """\
 1|a_echo|COMPLETED|0:0|00:00:00||2026-11-29T15:02:38|2026-11-29T15:02:38|vm
@@ -102,4 +103,16 @@ def test_rss(text, kib):
 
 def test_state_sets_are_explicit():
     assert {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "DEADLINE",
-            "BOOT_FAIL", "PREEMPTED"} == FINAL_STATES
+            "BOOT_FAIL", "PREEMPTED", "REVOKED"} == FINAL_STATES
+
+
+@pytest.mark.parametrize("word", ["STOPPED", "REQUEUE_HOLD", "SPECIAL_EXIT", "SIGNALING", "SUSPENDED", "RESV_DEL_HOLD",
+                                  "REQUEUE_FED", "STAGE_OUT", "PENDING", "SOMETHING_NEW_IN_SLURM_25"])
+def test_every_non_final_state_is_followed(word):
+    from dsv4ctl.judge.states import is_waiting
+    assert is_waiting(word) and not is_final(word)
+
+
+def test_state_words_are_normalised():
+    assert [normalise(w) for w in ("CANCELLED by 0", "cd", "ST", "", "RUNNING+")] == \
+        ["CANCELLED", "COMPLETED", "STOPPED", "UNKNOWN", "RUNNING"]

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from dsv4ctl.judge import judge_files
-from dsv4ctl.logparse import LogFacts, RequestBlock
-from dsv4ctl.sacct import parse_sacct, summarise
-from dsv4ctl.verdict import VerdictOptions, judge
+from dsv4ctl.judge.files import judge_files
+from dsv4ctl.judge.scan import LogFacts, RequestBlock
+from dsv4ctl.judge.sacct import parse_sacct, summarise
+from dsv4ctl.judge.rules import VerdictOptions, judge
 
 from .conftest import FIXTURES
 
@@ -167,7 +167,7 @@ def test_vllms_logprob_rule_accepts_a_close_first_difference():
 
 
 def test_logprobs_lines_are_parsed():
-    from dsv4ctl.logparse import parse_bytes
+    from dsv4ctl.judge.scan import parse_bytes
 
     facts = parse_bytes(b"TOKEN_IDS: [5, 6]\nFINISH_REASON: length\nLOGPROBS: [[[5, -0.1], [7, -2.5]], [[6, -0.2]]]\n")
     assert facts.requests[0].logprobs == [[[5, -0.1], [7, -2.5]], [[6, -0.2]]]
@@ -175,7 +175,7 @@ def test_logprobs_lines_are_parsed():
 
 def test_options_for_spec_are_shared_by_cli_and_probe():
     from dsv4ctl.specload import load_spec
-    from dsv4ctl.verdict import options_for_spec
+    from dsv4ctl.judge.rules import options_for_spec
 
     from .conftest import EXPERIMENTS
 

@@ -188,12 +188,13 @@ def cancel(refs: Annotated[Optional[list[str]], typer.Argument(help="Run ids, jo
            db: DbOpt = None) -> None:
     """Cancel runs (scancel, or SIGTERM for local jobs)."""
     from ..scheduler import JobRef, get_scheduler
-    from ..store import IN_FLIGHT, open_store
+    from ..judge.states import is_waiting
+    from ..store import open_store
 
     store = open_store(db)
     rows = [store.find_run(r) for r in refs or []]
     if campaign:
-        rows += [r for r in store.runs(campaign=campaign) if r.state in IN_FLIGHT]
+        rows += [r for r in store.runs(campaign=campaign) if is_waiting(r.state)]
     rows = [r for r in rows if r.job_id]
     if not rows:
         output.error("nothing to cancel", hint="name runs (see `dsv4ctl runs`) or --campaign")

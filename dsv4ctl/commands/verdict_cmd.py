@@ -42,7 +42,7 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
 
         result, log = rejudge(job, db)
     else:
-        from ..judge import judge_files
+        from ..judge.files import judge_files
 
         result = judge_files(log, sacct, job_id=job_id, bos_id=bos_id, max_repeat_run=max_repeat_run,
                              max_tokens=max_tokens, ignore_eos=ignore_eos, requests=requests)

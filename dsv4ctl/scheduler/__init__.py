@@ -9,7 +9,7 @@ from typing import Protocol
 
 from .. import external
 from ..errors import Dsv4Error
-from ..sacct import ACTIVE_STATES, FINAL_STATES, KILLED_STATES  # noqa: F401  (re-exported: the state sets)
+from ..judge.states import FINAL as FINAL_STATES
 
 
 class SubmitError(Dsv4Error):

@@ -7,8 +7,9 @@ import re
 from pathlib import Path
 
 from .. import external
-from ..sacct import DEFAULT_COLUMNS, SACCT_FORMAT, SacctParseError, parse_elapsed, parse_exit_code, parse_sacct, \
-    summarise
+from ..judge.sacct import (DEFAULT_COLUMNS, SACCT_FORMAT, SacctParseError, parse_elapsed, parse_exit_code,
+                           parse_sacct, summarise)
+from ..judge.states import FINAL, normalise
 from . import JobRef, JobStatus, SubmitError
 
 # sbatch messages worth another try (busy or unreachable controller); anything else is a refusal.
@@ -87,7 +88,7 @@ class SlurmScheduler:
             for line in result.stdout.splitlines():
                 parts = line.split("|")
                 if len(parts) == 4:
-                    found[parts[0]] = JobStatus(parts[0], parts[1], state_detail=parts[2] or None,
+                    found[parts[0]] = JobStatus(parts[0], normalise(parts[1]), state_detail=parts[2] or None,
                                                 node=parts[3] or None, source="squeue")
         # A job neither sacct nor squeue knows yet is UNKNOWN, never a success.
         return {j.job_id: found.get(j.job_id) or JobStatus(j.job_id, "UNKNOWN", source="none") for j in jobs}
@@ -104,15 +105,12 @@ class SlurmScheduler:
                 if fields.get("ArrayJobId") and fields.get("ArrayTaskId", "N/A") != "N/A":
                     key = f"{fields['ArrayJobId']}_{fields['ArrayTaskId']}"
                 exit_code, signal = parse_exit_code(fields.get("ExitCode", ""))
-                state = fields.get("JobState", "UNKNOWN")
+                state = normalise(fields.get("JobState", "UNKNOWN"))
                 known[key] = JobStatus(key, state, exit_code=exit_code, signal=signal,
                                        elapsed_s=parse_elapsed(fields.get("RunTime", "")),
                                        node=fields.get("NodeList") if fields.get("NodeList") != "(null)" else None,
                                        state_detail=fields.get("Reason") if fields.get("Reason") != "None" else None,
-                                       source="scontrol", settled=state in ("COMPLETED", "FAILED", "CANCELLED",
-                                                                            "TIMEOUT", "OUT_OF_MEMORY",
-                                                                            "NODE_FAIL", "DEADLINE",
-                                                                            "BOOT_FAIL", "PREEMPTED"))
+                                       source="scontrol", settled=state in FINAL)
         return {j.job_id: known.get(j.job_id) or JobStatus(j.job_id, "UNKNOWN", source="none") for j in jobs}
 
     def cancel(self, jobs: list[JobRef]) -> list[str]:

@@ -55,7 +55,7 @@ def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def batch_requests(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    from dsv4ctl.verdict import batch_size
+    from dsv4ctl.judge.rules import batch_size
 
     requests = spec["requests"]
     return [requests[i % len(requests)] for i in range(batch_size(spec))]
@@ -155,8 +155,8 @@ def ttft(outputs: list[Any]) -> float | None:
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0] if argv else "spec.json").read_text(encoding="utf-8"))
-    from dsv4ctl.logparse import LogFacts, RequestBlock
-    from dsv4ctl.verdict import judge, options_for_spec
+    from dsv4ctl.judge.scan import LogFacts, RequestBlock
+    from dsv4ctl.judge.rules import judge, options_for_spec
 
     fault = faults.active()
     env_stage(spec)

@@ -25,8 +25,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .logparse import BOS_TEXT, LogFacts, RequestBlock, device_like
-from .sacct import KILLED_STATES, SchedulerSummary
+from .scan import BOS_TEXT, LogFacts, RequestBlock, device_like
+from .sacct import SchedulerSummary
+from .states import KILLED as KILLED_STATES
 
 STATUSES = ("device_error", "nonfinite", "crashed", "incomplete", "degenerate", "coherent")
 BOS_MARKERS = frozenset({BOS_TEXT, "BOS", "<s>"})

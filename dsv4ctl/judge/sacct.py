@@ -10,17 +10,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .states import ACTIVE as ACTIVE_STATES, FINAL as FINAL_STATES, KILLED as KILLED_STATES, normalise
+
 DEFAULT_COLUMNS = ("JobID", "JobName", "State", "ExitCode", "Elapsed", "MaxRSS", "Start", "End", "NodeList")
 SACCT_FORMAT = ",".join(DEFAULT_COLUMNS)
-
-FINAL_STATES = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
-                          "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT"})
-ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING",
-                           "CONFIGURING", "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED",
-                           "SIGNALING", "RESV_DEL_HOLD"})
-# Final states where the job was stopped from outside before it could finish its work.
-KILLED_STATES = frozenset({"TIMEOUT", "CANCELLED", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "DEADLINE",
-                           "BOOT_FAIL"})
 
 _JOB_ID = re.compile(r"^(?P<job>[^._\s]+)(?:_(?P<task>\[[^\]]*\]|\d+))?(?:\.(?P<step>[\w-]+))?$")
 _RSS = re.compile(r"^(?P<n>[0-9.]+)(?P<unit>[KMGTP]?)$")
@@ -174,7 +167,7 @@ def _record(row: dict[str, str], names: list[str]) -> SacctRecord:
         array_task=m.group("task").strip("[]") if m.group("task") else None,
         step=m.group("step"),
         job_name=opt("jobname"),
-        state=state.upper(),
+        state=normalise(state),
         state_detail=detail.strip() or None,
         exit_code=exit_code,
         signal=signal,

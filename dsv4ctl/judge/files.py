@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import LogError
-from .logparse import parse_file
+from ..errors import LogError
+from .scan import parse_file
 from .sacct import SacctParseError, parse_sacct, summarise
-from .verdict import Verdict, VerdictOptions, judge
+from .rules import Verdict, VerdictOptions, judge
 
 
 def judge_files(log: Path, sacct: Path | None = None, *, job_id: str | None = None, bos_id: int = 0,
