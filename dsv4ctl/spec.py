@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model_validator
 
+from . import limits
 from . import switches as switch_registry
 
 # Names become Slurm job names and directory names: keep them to characters that need no quoting anywhere.
@@ -20,32 +21,49 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+=,-]{0,127}$"
 # Values that land on an `#SBATCH` line, which sbatch parses itself (no shell quoting applies there).
 SBATCH_VALUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=,/%-]*$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# What no value written into the job script may hold: a NUL ends a C string, so bash, execve and the environment
+# cannot carry it (bash drops it silently: the job would run with another value). Every other character travels
+# byte-identical through shlex quoting (tests/test_render.py), so it is not refused.
+SCRIPT_FORBIDDEN = "\x00"
+
+
+def script_safe(value: str) -> str:
+    """Refuse a string that cannot travel through a job script (see SCRIPT_FORBIDDEN)."""
+    if SCRIPT_FORBIDDEN in value:
+        raise ValueError("holds a NUL character, which bash, the environment and sbatch cannot carry")
+    return value
+
+
+# Whole numbers only: pydantic would otherwise take 1e12 (a float) or "32" (a string) for an int.
+Int = Annotated[int, Strict()]
+# A string that lands in the job script (paths, module names, env values).
+ScriptStr = Annotated[str, AfterValidator(script_safe)]
 
 DEEPSEEK_V4_ARCH = "DeepseekV4ForCausalLM"
 Platform = Literal["gfx936", "rocm", "cuda", "cpu"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSpec(_Strict):
-    path: str = Field(min_length=1, description="Model directory on the compute node (config.json, weights).")
+    path: ScriptStr = Field(min_length=1, description="Model directory on the compute node (config.json, weights).")
     arch: str = Field(DEEPSEEK_V4_ARCH, description="Architecture in config.json; DeepSeek V4 rules apply to it.")
-    tokenizer: str | None = Field(None, description="Tokenizer directory, when not the model directory.")
-    max_model_len: int = Field(512, ge=16)
-    kv_cache_dtype: str = Field("fp8", description="fp8 (fp8_ds_mla) is the only layout DeepSeek V4 accepts.")
+    tokenizer: ScriptStr | None = Field(None, description="Tokenizer directory, when not the model directory.")
+    max_model_len: Int = Field(512, ge=16, le=limits.MAX_MODEL_LEN)
+    kv_cache_dtype: ScriptStr = Field("fp8", description="fp8 (fp8_ds_mla) is the only layout DeepSeek V4 accepts.")
     moe_backend: Literal["emulation", "native", "auto"] | None = "emulation"
     dtype: str | None = Field(None, description="Activation dtype passed to LLM(dtype=...), e.g. float32 on CPU.")
     enforce_eager: bool = True
     gpu_memory_utilization: float = Field(0.90, gt=0, le=1)
     trust_remote_code: bool = True
-    seed: int | None = None
+    seed: Int | None = Field(None, ge=0, le=limits.MAX_SEED)
     extra: dict[str, Any] = Field(default_factory=dict, description="Further LLM(...) keyword arguments.")
 
 
 class ParallelSpec(_Strict):
-    tp: int = Field(1, ge=1, le=64)
+    tp: Int = Field(1, ge=1, le=limits.MAX_TP)
 
 
 class Message(_Strict):
@@ -71,20 +89,20 @@ class Request(_Strict):
 
 
 class SamplingSpec(_Strict):
-    max_tokens: int = Field(32, ge=1)
+    max_tokens: Int = Field(32, ge=1, le=limits.MAX_TOKENS)
     temperature: float = Field(0.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     ignore_eos: bool = True
-    seed: int | None = None
-    logprobs: int | None = Field(None, ge=0, le=20)
+    seed: Int | None = Field(None, ge=0, le=limits.MAX_SEED)
+    logprobs: Int | None = Field(None, ge=0, le=20)
 
 
 class SlurmSpec(_Strict):
     partition: str | None = Field(None, pattern=SBATCH_VALUE_PATTERN)
     account: str | None = Field(None, pattern=SBATCH_VALUE_PATTERN)
     gres: str | None = Field(None, pattern=r"^[A-Za-z0-9_]+(:[A-Za-z0-9_]+)?:[0-9]+$")
-    nodes: int = Field(1, ge=1)
-    cpus_per_task: int | None = Field(None, ge=1)
+    nodes: Int = Field(1, ge=1, le=limits.MAX_NODES)
+    cpus_per_task: Int | None = Field(None, ge=1, le=limits.MAX_CPUS_PER_TASK)
     mem: str | None = Field(None, pattern=r"^[0-9]+([KMGT][Bb]?|[kmgt][Bb]?)?$")
     time: str | None = Field(None, pattern=r"^([0-9]+-)?([0-9]+:)?[0-9]+(:[0-9]+)?$")
     extra: dict[str, str | int] = Field(default_factory=dict, description="More #SBATCH --key=value lines.")
@@ -104,13 +122,13 @@ class SlurmSpec(_Strict):
 
 
 class EnvironmentSpec(_Strict):
-    modules: list[str] = Field(default_factory=list)
-    venv: str | None = None
-    python: str = "python3"
-    ld_library_path: list[str] = Field(default_factory=list)
-    pythonpath: list[str] = Field(default_factory=list)
-    env: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    runtime_dir: str | None = Field(None, description="The runtime/ folder as seen from the compute node.")
+    modules: list[ScriptStr] = Field(default_factory=list)
+    venv: ScriptStr | None = None
+    python: ScriptStr = "python3"
+    ld_library_path: list[ScriptStr] = Field(default_factory=list)
+    pythonpath: list[ScriptStr] = Field(default_factory=list)
+    env: dict[str, ScriptStr | int | float | bool] = Field(default_factory=dict)
+    runtime_dir: ScriptStr | None = Field(None, description="The runtime/ folder as seen from the compute node.")
 
     @model_validator(mode="after")
     def _env_names(self) -> "EnvironmentSpec":
@@ -121,16 +139,17 @@ class EnvironmentSpec(_Strict):
 
 
 class ExpectSpec(_Strict):
-    golden_token_ids: list[list[int]] | list[int] | None = None
+    golden_token_ids: list[list[Int]] | list[Int] | None = None
     golden_logprobs: list[Any] | None = Field(
         None, description="Per request, the golden's top-N [token_id, logprob] pairs per position (vLLM's rule).")
-    max_repeat_run: int = Field(8, ge=2)
-    bos_id: int = Field(0, ge=0)
+    max_repeat_run: Int = Field(8, ge=2, le=limits.MAX_REPEAT_RUN)
+    bos_id: Int = Field(0, ge=0, le=limits.MAX_TOKEN_ID)
 
 
 class ThroughputSpec(_Strict):
-    iterations: int = Field(0, ge=0, description="0: one judged generation. N: N timed repeats after warm-up.")
-    warmup: int = Field(1, ge=0)
+    iterations: Int = Field(0, ge=0, le=limits.MAX_ITERATIONS,
+                            description="0: one judged generation. N: N timed repeats after warm-up.")
+    warmup: Int = Field(1, ge=0, le=limits.MAX_WARMUP)
 
 
 class ExperimentSpec(_Strict):
@@ -140,11 +159,12 @@ class ExperimentSpec(_Strict):
     platform: Platform = "gfx936"
     model: ModelSpec
     parallel: ParallelSpec = ParallelSpec()
-    switches: dict[str, bool | int | float | str] = Field(default_factory=dict)
-    requests: list[Request] = Field(min_length=1)
-    batch: int | None = Field(None, ge=1, description="Submit this many requests together (requests cycled).")
+    switches: dict[str, bool | int | float | ScriptStr] = Field(default_factory=dict)
+    requests: list[Request] = Field(min_length=1, max_length=limits.MAX_REQUESTS)
+    batch: Int | None = Field(None, ge=1, le=limits.MAX_BATCH,
+                              description="Submit this many requests together (requests cycled).")
     sampling: SamplingSpec = SamplingSpec()
-    repeats: int = Field(1, ge=1)
+    repeats: Int = Field(1, ge=1, le=limits.MAX_REPEATS)
     matrix: dict[str, list[Any]] = Field(default_factory=dict)
     slurm: SlurmSpec = SlurmSpec()
     environment: EnvironmentSpec = EnvironmentSpec()

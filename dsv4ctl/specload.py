@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from pydantic import ValidationError
 
 from .errors import SpecError
 from .findings import Finding, Location
+from .limits import MAX_ALIAS_NODES, MAX_EXTENDS_DEPTH, MAX_MATRIX_POINTS, MAX_RUNS_PER_SPEC, MAX_SPEC_BYTES, MAX_YAML_DEPTH
 from .spec import ExperimentSpec
 
 FieldPath = tuple[Any, ...]
@@ -60,40 +62,131 @@ def dotted(path: FieldPath) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 
 
-# ---- YAML with locations -------------------------------------------------------------------------------------
+# ---- YAML with locations, within bounds ------------------------------------------------------------------------
 
 
-def _walk(node: yaml.Node, loader: yaml.SafeLoader, path: FieldPath, file: str,
-          locations: dict[FieldPath, Location]) -> Any:
-    locations[path] = Location(file, node.start_mark.line + 1, node.start_mark.column + 1)
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if key in out:
-                mark = key_node.start_mark
-                raise SpecError(f"{file}:{mark.line + 1}:{mark.column + 1}: duplicate key {key!r}")
-            out[key] = _walk(value_node, loader, path + (key,), file, locations)
-            # A key's own line is more useful than its value's (a nested mapping starts on the next line).
-            locations[path + (key,)] = Location(file, key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_walk(item, loader, path + (i,), file, locations) for i, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)
+class _Refused(yaml.MarkedYAMLError):
+    """YAML that parses but that dsv4ctl will not expand (too deep, too many aliases, recursive)."""
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, with a composer that refuses nesting deeper than MAX_YAML_DEPTH (PyYAML composes
+    recursively: 5000 nested `[` exhaust Python's stack before any limit of ours could apply)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        self.depth += 1
+        try:
+            if self.depth > MAX_YAML_DEPTH:
+                raise _Refused(problem=f"nested deeper than {MAX_YAML_DEPTH} levels",
+                               problem_mark=self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+@dataclass
+class _Expansion:
+    """What walking the node graph has cost: an `*alias` shares its anchor's node, so every visit of a node seen
+    before is an expansion; a billion-laughs file is refused after MAX_ALIAS_NODES of them, not after 2 GB."""
+
+    file: str
+    locations: dict[FieldPath, Location]
+    seen: set[int] = field(default_factory=set)
+    ancestors: set[int] = field(default_factory=set)
+    alias_nodes: int = 0
+
+    def enter(self, node: yaml.Node, path: FieldPath) -> None:
+        where = _where(self.file, node.start_mark)
+        if id(node) in self.ancestors:
+            raise SpecError(f"{where}: recursive alias: an anchor is used inside itself")
+        if len(path) > MAX_YAML_DEPTH:
+            raise SpecError(f"{where}: nested deeper than {MAX_YAML_DEPTH} levels (counting expanded aliases)")
+        if id(node) in self.seen:
+            self.alias_nodes += 1
+            if self.alias_nodes > MAX_ALIAS_NODES:
+                raise SpecError(f"{where}: aliases expand to more than {MAX_ALIAS_NODES} nodes; "
+                                "write the values out or use `extends`")
+        self.seen.add(id(node))
+
+
+def _where(file: str, mark: yaml.Mark | None) -> str:
+    return f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else file
+
+
+def _scalar(node: yaml.Node, loader: yaml.SafeLoader, file: str) -> Any:
+    try:
+        return loader.construct_object(node, deep=True)
+    except (ValueError, OverflowError) as exc:  # 2001-13-45 as a date, an int of 5000 digits
+        value = str(node.value)
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        reason = str(exc).split(";")[0].splitlines()[0]
+        raise SpecError(f"{_where(file, node.start_mark)}: cannot read the value {shown!r}: {reason}") from None
+
+
+def _key(node: yaml.Node, loader: yaml.SafeLoader, file: str) -> Any:
+    if not isinstance(node, yaml.ScalarNode):
+        kind = "list" if isinstance(node, yaml.SequenceNode) else "mapping"
+        raise SpecError(f"{_where(file, node.start_mark)}: a key must be a plain name, not a {kind}")
+    return _scalar(node, loader, file)
+
+
+def _walk(node: yaml.Node, loader: yaml.SafeLoader, path: FieldPath, cost: _Expansion) -> Any:
+    cost.enter(node, path)
+    cost.locations[path] = Location(cost.file, node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.ScalarNode):
+        return _scalar(node, loader, cost.file)
+    cost.ancestors.add(id(node))
+    try:
+        if isinstance(node, yaml.MappingNode):
+            return _walk_mapping(node, loader, path, cost)
+        return [_walk(item, loader, path + (i,), cost) for i, item in enumerate(node.value)]
+    finally:
+        cost.ancestors.discard(id(node))
+
+
+def _walk_mapping(node: yaml.MappingNode, loader: yaml.SafeLoader, path: FieldPath, cost: _Expansion) -> dict:
+    out: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = _key(key_node, loader, cost.file)
+        if key in out:
+            raise SpecError(f"{_where(cost.file, key_node.start_mark)}: duplicate key {key!r}")
+        out[key] = _walk(value_node, loader, path + (key,), cost)
+        # A key's own line is more useful than its value's (a nested mapping starts on the next line).
+        cost.locations[path + (key,)] = Location(cost.file, key_node.start_mark.line + 1,
+                                                 key_node.start_mark.column + 1)
+    return out
+
+
+def _reader_error(exc: yaml.reader.ReaderError, text: str, file: str) -> SpecError:
+    before = text[:exc.position]
+    line, column = before.count("\n") + 1, exc.position - (before.rfind("\n") + 1) + 1
+    character = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+    return SpecError(f"{file}:{line}:{column}: the file holds a character YAML does not allow ({character}: a NUL "
+                     "or other control character)")
 
 
 def parse_yaml(text: str, file: str) -> Document:
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = BoundedLoader(text)
+    except yaml.reader.ReaderError as exc:  # the reader checks every character up front
+        raise _reader_error(exc, text, file) from None
     try:
         node = loader.get_single_node()
         if node is None:
             raise SpecError(f"{file}: the spec is empty")
         locations: dict[FieldPath, Location] = {}
-        data = _walk(node, loader, (), file, locations)
+        data = _walk(node, loader, (), _Expansion(file, locations))
+    except _Refused as exc:
+        raise SpecError(f"{_where(file, exc.problem_mark)}: {exc.problem}") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else file
-        raise SpecError(f"{where}: YAML syntax error: {exc.problem or exc}") from None
+        raise SpecError(f"{_where(file, mark)}: YAML syntax error: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{file}: YAML error: {str(exc).splitlines()[0]}") from None
     finally:
         loader.dispose()
     if not isinstance(data, dict):
@@ -126,21 +219,34 @@ def _replaced_in(path: FieldPath, data: dict[str, Any]) -> bool:
     return False
 
 
+def read_spec_text(path: Path) -> str:
+    """The text of a spec file, refused past MAX_SPEC_BYTES without reading further (`validate /dev/zero`)."""
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read(MAX_SPEC_BYTES + 1)
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read the spec: {exc.strerror or exc}") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_SPEC_BYTES // 2**20} MiB; is it really a spec?")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}): is it really a spec?") from None
+
+
 def read_document(path: Path, _chain: tuple[Path, ...] = ()) -> Document:
     path = Path(path)
     resolved = path.resolve()
     if resolved in _chain:
         cycle = " -> ".join(str(p) for p in _chain + (resolved,))
         raise SpecError(f"{path}: `extends` cycle: {cycle}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read the spec: {exc}") from None
-    doc = parse_yaml(text, str(path))
+    if len(_chain) >= MAX_EXTENDS_DEPTH:
+        raise SpecError(f"{path}: `extends` goes more than {MAX_EXTENDS_DEPTH} files deep")
+    doc = parse_yaml(read_spec_text(path), str(path))
     parent = doc.data.pop("extends", None)
     if parent is None:
         return doc
-    if not isinstance(parent, str):
+    if not isinstance(parent, str) or not parent or "\x00" in parent:
         raise SpecError(f"{doc.locate(('extends',))}: `extends` must be a file path")
     base = read_document(path.parent / parent, _chain + (resolved,))
     own = {k: v for k, v in doc.locations.items() if k != ("extends",)}
@@ -151,7 +257,9 @@ def read_document(path: Path, _chain: tuple[Path, ...] = ()) -> Document:
 # ---- matrix and validation ---------------------------------------------------------------------------------------
 
 
-def _set_path(data: dict[str, Any], dotted_key: str, value: Any) -> None:
+def _set_path(data: dict[str, Any], dotted_key: Any, value: Any) -> None:
+    if not isinstance(dotted_key, str):
+        raise KeyError(dotted_key)
     parts = dotted_key.split(".")
     node = data
     for part in parts[:-1]:
@@ -173,14 +281,35 @@ def point_label(point: dict[str, Any]) -> str:
     return ".".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in point.items())
 
 
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _structural_message(err: dict[str, Any]) -> str:
+    """pydantic's message, reworded where a user needs the value and the bound (`repeats: 100000000 is above the
+    maximum 10000`, not `Input should be less than or equal to 10000`)."""
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    if kind == "extra_forbidden":
+        return "unknown key (check the spelling; see README 'Spec reference')"
+    if kind == "less_than_equal":
+        return f"{_shown(value)} is above the maximum {ctx['le']}"
+    if kind == "greater_than_equal":
+        return f"{_shown(value)} is below the minimum {ctx['ge']}"
+    if kind == "too_long":
+        return f"{ctx.get('actual_length')} items is above the maximum {ctx.get('max_length')}"
+    if kind == "int_type":
+        return f"expected a whole number, got {_shown(value)}"
+    if kind == "finite_number":
+        return f"expected a finite number, got {_shown(value)}"
+    return err["msg"].removeprefix("Value error, ")
+
+
 def _structural_findings(exc: ValidationError, doc: Document) -> list[Finding]:
     findings = []
-    for err in exc.errors():
+    for err in exc.errors(include_url=False):
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "[key]"))))
-        message = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling; see README 'Spec reference')"
-        findings.append(Finding("error", dotted(loc), message, location=doc.locate(loc)))
+        findings.append(Finding("error", dotted(loc), _structural_message(err), location=doc.locate(loc)))
     return findings
 
 
@@ -191,7 +320,8 @@ LIST_PATH_FIELDS: tuple[FieldPath, ...] = (("environment", "pythonpath"), ("envi
 
 def _resolve(value: Any, where: Location | None) -> Any:
     """`./x` and `../x` are relative to the spec file that wrote them; every other path is the node's business."""
-    if isinstance(value, str) and value.startswith(("./", "../")) and where is not None:
+    # A NUL cannot be in a path (validation refuses the value, with its location, right after).
+    if isinstance(value, str) and value.startswith(("./", "../")) and "\x00" not in value and where is not None:
         return str((Path(where.file).parent / value).resolve())
     return value
 
@@ -208,45 +338,88 @@ def resolve_relative_paths(doc: Document) -> None:
 
 
 def validate_document(doc: Document, source: Path) -> list[LoadedSpec]:
-    from .rules import check_spec  # imported here: rules import the spec models, keep the graph one-way
-
     resolve_relative_paths(doc)
     matrix = doc.data.get("matrix") or {}
     if not isinstance(matrix, dict) or not all(isinstance(v, list) and v for v in matrix.values()):
         loc = doc.locate(("matrix",))
         return [LoadedSpec(source, {}, None, [Finding("error", "matrix", "each axis must be a non-empty list",
                                                         location=loc)])]
-    results = []
-    for point in matrix_points(matrix):
-        data = copy.deepcopy(doc.data)
-        findings: list[Finding] = []
-        for key, value in point.items():
-            try:
-                _set_path(data, key, value)
-            except KeyError:
-                findings.append(Finding("error", f"matrix.{key}", "axis is not a field path of the spec",
-                                        location=doc.locate(("matrix", key))))
-        if point and not findings:
-            data["name"] = f"{data.get('name', '')}.{point_label(point)}"
-        spec = None
-        try:
-            spec = ExperimentSpec.model_validate(data)
-        except ValidationError as exc:
-            findings.extend(_structural_findings(exc, doc))
-        if spec is not None:
-            for finding in check_spec(spec):
-                path = tuple(int(p) if p.isdigit() else p for p in finding.path.split("."))
-                findings.append(Finding(finding.severity, finding.path, finding.message, finding.why,
-                                        doc.locate(path)))
-        results.append(LoadedSpec(source, point, spec if not any(f.severity == "error" for f in findings) else None,
-                                  findings))
+    size = math.prod(len(axis) for axis in matrix.values())
+    if size > MAX_MATRIX_POINTS:  # counted before a single point is built
+        return [LoadedSpec(source, {}, None, [Finding("error", "matrix", f"{size} points is above the maximum "
+                                                     f"{MAX_MATRIX_POINTS}", location=doc.locate(("matrix",)))])]
+    results = [_validate_point(doc, source, point) for point in matrix_points(matrix)]
+    _bound_runs(results, doc)
     return results
+
+
+def _bound_runs(results: list[LoadedSpec], doc: Document) -> None:
+    """Matrix points x repeats of one file stay within MAX_RUNS_PER_SPEC (each point alone is already bounded)."""
+    runs = sum(r.spec.repeats for r in results if r.spec is not None)
+    if runs <= MAX_RUNS_PER_SPEC:
+        return
+    finding = Finding("error", "repeats", f"{len(results)} point(s) x repeats make {runs} runs, above the maximum "
+                                          f"{MAX_RUNS_PER_SPEC}", location=doc.locate(("repeats",)))
+    for result in results:
+        result.findings.append(finding)
+        result.spec = None
+
+
+def _validate_point(doc: Document, source: Path, point: dict[str, Any]) -> LoadedSpec:
+    from .rules import check_spec  # imported here: rules import the spec models, keep the graph one-way
+
+    data = copy.deepcopy(doc.data)
+    findings: list[Finding] = []
+    for key, value in point.items():
+        try:
+            _set_path(data, key, value)
+        except KeyError:
+            findings.append(Finding("error", f"matrix.{key}", "axis is not a field path of the spec",
+                                    location=doc.locate(("matrix", key))))
+    if point and not findings:
+        data["name"] = f"{data.get('name', '')}.{point_label(point)}"
+    spec = None
+    try:
+        spec = ExperimentSpec.model_validate(data)
+    except ValidationError as exc:
+        findings.extend(_structural_findings(exc, doc))
+    if spec is not None:
+        for finding in check_spec(spec):
+            path = tuple(int(p) if p.isdigit() else p for p in finding.path.split("."))
+            findings.append(Finding(finding.severity, finding.path, finding.message, finding.why,
+                                    doc.locate(path)))
+    return LoadedSpec(source, point, spec if not any(f.severity == "error" for f in findings) else None,
+                      findings)
 
 
 def load_spec(path: Path | str) -> list[LoadedSpec]:
     """Read, merge and validate a spec file; one `LoadedSpec` per matrix point. Raises SpecError if unreadable."""
     path = Path(path)
     return validate_document(read_document(path), path)
+
+
+@dataclass
+class SpecFile:
+    """One file of `validate a.yaml b.yaml`: its matrix points, or why it could not be read at all."""
+
+    source: Path
+    points: list[LoadedSpec]
+    unreadable: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.unreadable is not None or any(p.errors for p in self.points)
+
+
+def check_files(paths: list[Path]) -> list[SpecFile]:
+    """Load every file, going on past the ones that cannot be read, so one run reports them all."""
+    checked = []
+    for path in map(Path, paths):
+        try:
+            checked.append(SpecFile(path, load_spec(path)))
+        except SpecError as exc:
+            checked.append(SpecFile(path, [], str(exc)))
+    return checked
 
 
 def select_point(path: Path, index: int | None) -> ExperimentSpec:
