@@ -30,35 +30,60 @@ campaign_cmds.register(app)
 model_cmds.register(app)
 
 
+_debug = False  # set by the global --debug (or DSV4CTL_DEBUG=1): show tracebacks of unexpected errors
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"dsv4ctl {__version__}")
         raise typer.Exit()
 
 
+def _set_debug(value: bool) -> None:
+    global _debug
+    _debug = _debug or value
+
+
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Show the version and exit.")) -> None:
+                                       help="Show the version and exit."),
+          debug: bool = typer.Option(False, "--debug", envvar="DSV4CTL_DEBUG", callback=_set_debug, is_eager=True,
+                                     help="Show the full traceback of unexpected errors.")) -> None:
     """Run, judge and compare DeepSeek V4 bring-up experiments on vLLM through Slurm."""
 
 
-def main() -> None:
-    from .errors import Dsv4Error, SpecInvalid
-
+def main(argv: list[str] | None = None) -> None:
+    """The `dsv4ctl` entry point: every failure ends as one line on stderr and an exit code, never a traceback
+    (unless --debug): 1 the thing failed, 2 usage error, 130 interrupted."""
     try:
-        app()
-    except SpecInvalid as exc:
-        from . import output
+        app(args=argv)  # typer reports usage errors itself (exit 2) and turns Ctrl-C into a silent exit 130
+    except SystemExit as exc:
+        if exc.code == 130:
+            sys.exit(_report(KeyboardInterrupt()))
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the one place an escaped exception becomes a message
+        sys.exit(_report(exc))
 
+
+def _report(exc: BaseException) -> int:
+    """Tell the user what failed in one line (the findings of an invalid spec first); return the exit code."""
+    import os
+
+    from . import output
+    from .errors import SpecInvalid, explain
+
+    if _debug or os.environ.get("DSV4CTL_DEBUG", "") not in ("", "0"):
+        import traceback
+
+        traceback.print_exception(exc)
+    if isinstance(exc, SpecInvalid):
         for finding in exc.findings:
             output.problem(str(finding))
         output.error(str(exc), hint="run `dsv4ctl validate SPEC` for every finding")
-        sys.exit(exc.exit_code)
-    except Dsv4Error as exc:
-        from . import output
-
-        output.error(str(exc), hint=exc.hint)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
+    explained = explain(exc)
+    output.error(explained.message, hint=explained.hint)
+    return explained.exit_code
 
 
 if __name__ == "__main__":

@@ -15,23 +15,40 @@ def validate(specs: SpecsArg,
              strict: Annotated[bool, typer.Option(help="Treat warnings as errors.")] = False,
              json: JsonOpt = False) -> None:
     """Check spec files: structure, switches and the report's rules. Exit 1 on any error."""
-    from ..specload import load_spec
+    from ..specload import check_files
 
-    loaded = [point for path in specs for point in load_spec(path)]
+    files = check_files(specs)
     if json:
-        output.emit_json([{"file": str(p.source), "point": p.point, "name": p.spec.name if p.spec else None,
-                           "spec_hash": p.spec.spec_hash() if p.spec else None, "valid": not p.errors,
-                           "findings": [f.to_json() for f in p.findings]} for p in loaded])
+        output.emit_json([entry for f in files for entry in _validation_json(f)])
     else:
-        for point in loaded:
-            for finding in point.findings:
-                output.text(str(finding), style="red" if finding.severity == "error" else "yellow")
-            label = f" [{_label(point.point)}]" if point.point else ""
-            status = "invalid" if point.errors else "ok"
-            output.text(f"{point.source}{label}: {status} ({len(point.errors)} error(s), "
-                        f"{len(point.warnings)} warning(s))")
-    failed = any(p.errors or (strict and p.warnings) for p in loaded)
+        for checked in files:
+            _show_validation(checked)
+    failed = any(f.failed or (strict and any(p.warnings for p in f.points)) for f in files)
     raise typer.Exit(1 if failed else 0)
+
+
+def _validation_json(checked) -> list[dict]:
+    if checked.unreadable is not None:
+        return [{"file": str(checked.source), "point": {}, "name": None, "spec_hash": None, "valid": False,
+                 "findings": [{"severity": "error", "path": None, "message": checked.unreadable, "why": "",
+                               "file": str(checked.source), "line": None, "column": None}]}]
+    return [{"file": str(p.source), "point": p.point, "name": p.spec.name if p.spec else None,
+             "spec_hash": p.spec.spec_hash() if p.spec else None, "valid": not p.errors,
+             "findings": [f.to_json() for f in p.findings]} for p in checked.points]
+
+
+def _show_validation(checked) -> None:
+    if checked.unreadable is not None:
+        output.error(checked.unreadable)
+        output.text(f"{checked.source}: unreadable")
+        return
+    for point in checked.points:
+        for finding in point.findings:
+            output.text(str(finding), style="red" if finding.severity == "error" else "yellow")
+        label = f" [{_label(point.point)}]" if point.point else ""
+        status = "invalid" if point.errors else "ok"
+        output.text(f"{point.source}{label}: {status} ({len(point.errors)} error(s), "
+                    f"{len(point.warnings)} warning(s))")
 
 
 def render(spec: SpecArg,
