@@ -13,12 +13,13 @@ Exit codes: 0 promote, 1 reject or blocked, 3 inconclusive.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from . import stats
-from .errors import Dsv4Error
+from .errors import Dsv4Error, UsageError
 from .store import Store
 
 DECISION_EXIT = {"promote": 0, "reject": 1, "blocked": 1, "inconclusive": 3}
@@ -28,6 +29,19 @@ IGNORED_KEYS = ("name", "description", "tags", "repeats", "matrix", "expect", "t
 
 class CompareError(Dsv4Error):
     """A side of the comparison matches no runs, or the metric cannot be compared."""
+
+
+DIRECTIONS = ("lower", "higher")
+
+
+def check_settings(alpha: float, factor: float, better: str | None) -> None:
+    """Refuse settings no decision can be made with: alpha outside (0, 1), factor not above 0, an unknown way."""
+    if not 0 < alpha < 1:
+        raise UsageError(f"alpha {alpha} is not a significance level: give a number between 0 and 1")
+    if not (math.isfinite(factor) and factor > 0):
+        raise UsageError(f"factor {factor} is not a positive number")
+    if better is not None and better not in DIRECTIONS:
+        raise UsageError(f"direction {better!r} is not one of: {', '.join(DIRECTIONS)}")
 
 
 def direction(metric: str) -> str:
@@ -262,6 +276,7 @@ def _paired(base: Side, cand: Side) -> dict[str, Any] | None:
 
 def compare(store: Store, baseline: str, candidate: str, metric: str = "gen_s", alpha: float = 0.05,
             factor: float = 1.05, expect_diff: list[str] | None = None, better: str | None = None) -> Comparison:
+    check_settings(alpha, factor, better)
     way = better or direction(metric)
     base_side, cand_side = resolve_side(store, baseline, metric), resolve_side(store, candidate, metric)
     base, cand = _side_result(store, base_side, metric), _side_result(store, cand_side, metric)

@@ -134,21 +134,29 @@ def render_html(data: ReportData) -> str:
         passed=sum(1 for r in data.runs if r["passed"]))
 
 
+def md(value: Any) -> str:
+    """Data as Markdown text: raw HTML escaped (a spec name or a log line must not become markup in a rendered
+    page), table pipes escaped, one line."""
+    text = html.escape(str(value), quote=False).replace("|", "\\|")
+    return " ".join(text.splitlines())
+
+
 def render_markdown(data: ReportData) -> str:
-    lines = [f"# Campaign {data.campaign['name']}", "",
-             f"{len(data.runs)} run(s) on {data.campaign['backend']}; "
+    lines = [f"# Campaign {md(data.campaign['name'])}", "",
+             f"{len(data.runs)} run(s) on {md(data.campaign['backend'])}; "
              f"{sum(1 for r in data.runs if r['passed'])} passed.", "",
              "| run | experiment | job | state | exit | elapsed | verdict | first blocker |",
              "|---:|---|---|---|---|---:|---|---|"]
     for r in data.runs:
         verdict = r["verdict"] + (" (false green)" if r["false_green"] else "")
-        lines.append(f"| {r['run']} | {r['experiment']} | {r['job']} | {r['state']} | {r['exit']} | {r['elapsed']} "
-                     f"| {verdict} | {r['blocker'].replace('|', '/')} |")
+        cells = [r["run"], r["experiment"], r["job"], r["state"], r["exit"], r["elapsed"], verdict, r["blocker"]]
+        lines.append("| " + " | ".join(md(cell) for cell in cells) + " |")
     lines += ["", "## Failure rate per point (Wilson 95%)", "", "| point | failures | rate | interval |",
               "|---|---:|---:|---|"]
     for p in data.sweep.points:
         rate = "-" if p.rate is None else f"{p.rate:.0%}"
-        lines.append(f"| {p.label} | {p.failures}/{p.judged} | {rate} | {p.interval[0]:.0%}–{p.interval[1]:.0%} |")
+        lines.append(f"| {md(p.label)} | {p.failures}/{p.judged} | {rate} | "
+                     f"{p.interval[0]:.0%}–{p.interval[1]:.0%} |")
     if data.sweep.boundary:
-        lines += ["", f"Failures start at **{data.sweep.boundary.label}**."]
+        lines += ["", f"Failures start at **{md(data.sweep.boundary.label)}**."]
     return "\n".join(lines) + "\n"

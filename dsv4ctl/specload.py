@@ -18,7 +18,8 @@ from pydantic import ValidationError
 
 from .errors import SpecError
 from .findings import Finding, Location
-from .limits import MAX_ALIAS_NODES, MAX_EXTENDS_DEPTH, MAX_MATRIX_POINTS, MAX_RUNS_PER_SPEC, MAX_SPEC_BYTES, MAX_YAML_DEPTH
+from .limits import (MAX_ALIAS_NODES, MAX_EXTENDS_DEPTH, MAX_MATRIX_POINTS, MAX_RUNS_PER_SPEC, MAX_SPEC_BYTES,
+                     MAX_YAML_DEPTH)
 from .spec import ExperimentSpec
 
 FieldPath = tuple[Any, ...]

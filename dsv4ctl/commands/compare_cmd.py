@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from .options import DbOpt, JsonOpt
+from .options import DbOpt, JsonOpt, check_alpha, check_direction, check_factor
 
 SideArg = Annotated[str, typer.Argument(help="Experiment name, spec file, run/job ids (12,13) or tag:NAME.")]
 
@@ -26,14 +26,17 @@ def _ci(ci) -> str:
 def compare(baseline: SideArg, candidate: SideArg,
             metric: Annotated[str, typer.Option(help="A stored metric (gen_s, tokens_per_s, ttft_s, ...).")]
             = "gen_s",
-            alpha: Annotated[float, typer.Option(help="Significance level of the Mann-Whitney U test.")] = 0.05,
-            factor: Annotated[float, typer.Option(help="Smallest improvement worth promoting (1.05 = 5%).")]
+            alpha: Annotated[float, typer.Option(help="Significance level of the Mann-Whitney U test.",
+                                                  callback=check_alpha)] = 0.05,
+            factor: Annotated[float, typer.Option(help="Smallest improvement worth promoting (1.05 = 5%).",
+                                                   callback=check_factor)]
             = 1.05,
             expect_diff: Annotated[Optional[list[str]], typer.Option(
                 help="The setting meant to differ (e.g. switches.DSV4_MOE_ROUTING_Q1); warns about any other.")]
             = None,
-            direction: Annotated[Optional[str], typer.Option(help="lower or higher is better [default: from the "
-                                                                  "metric's name].")] = None,
+            direction: Annotated[Optional[str], typer.Option(
+                help="lower or higher is better [default: from the metric's name].", callback=check_direction)]
+            = None,
             markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table.")] = False,
             db: DbOpt = None, json: JsonOpt = False) -> None:
     """Compare two sets of runs: correctness gate, what differs, statistics, decision.
@@ -81,13 +84,15 @@ def show(c) -> None:
 
 
 def to_markdown(c) -> str:
-    lines = [f"**{c.decision}** — `{c.metric}` ({c.direction} is better): candidate/baseline {_fmt(c.ratio)}, "
-             f"p = {_fmt(c.p_value)}", "", f"| | {c.baseline.name} | {c.candidate.name} |", "|---|---:|---:|"]
-    lines += [f"| {a} | {b} | {d} |" for a, b, d in rows(c)]
-    lines += [""] + [f"- {r}" for r in c.reasons] + [f"- warning: {w}" for w in c.warnings]
+    from ..report import md
+
+    lines = [f"**{c.decision}** — `{md(c.metric)}` ({c.direction} is better): candidate/baseline {_fmt(c.ratio)}, "
+             f"p = {_fmt(c.p_value)}", "", f"| | {md(c.baseline.name)} | {md(c.candidate.name)} |", "|---|---:|---:|"]
+    lines += [f"| {md(a)} | {md(b)} | {md(d)} |" for a, b, d in rows(c)]
+    lines += [""] + [f"- {md(r)}" for r in c.reasons] + [f"- warning: {md(w)}" for w in c.warnings]
     if c.differences:
         lines += ["", "| setting | baseline | candidate |", "|---|---|---|"]
-        lines += [f"| {d['key']} | {d['baseline']} | {d['candidate']} |" for d in c.differences]
+        lines += [f"| {md(d['key'])} | {md(d['baseline'])} | {md(d['candidate'])} |" for d in c.differences]
     return "\n".join(lines) + "\n"
 
 

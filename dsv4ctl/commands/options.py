@@ -1,11 +1,18 @@
-"""Argument and option types shared by several commands, defined once."""
+"""Argument and option types shared by several commands, defined once, and the checks that refuse values out of
+range as usage errors (exit 2) before a command runs. Checks are plain callbacks, so adding one to an option leaves
+its `--help` unchanged."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from ..limits import MAX_REPEATS
+from ..names import NameRefused, check_campaign_name
 
 SpecArg = Annotated[Path, typer.Argument(help="Experiment spec (YAML).", exists=True, dir_okay=False,
                                          readable=True)]
@@ -15,3 +22,53 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 DbOpt = Annotated[Optional[Path], typer.Option("--db", envvar="DSV4CTL_DB", help="Results database.",
                                                show_default="./results.db")]
 BackendOpt = Annotated[str, typer.Option(help="slurm, local, or auto (slurm when sbatch is on PATH).")]
+
+def check_repeats(value: int | None) -> int | None:
+    """--repeats: at least 1 (0 or -1 would record an empty campaign) and at most MAX_REPEATS."""
+    if value is not None and not 1 <= value <= MAX_REPEATS:
+        raise typer.BadParameter(f"{value} is outside 1..{MAX_REPEATS}")
+    return value
+
+
+def check_campaign(value: str | None) -> str | None:
+    """--campaign / CAMPAIGN: one safe path component (see `dsv4ctl.names`)."""
+    if value is None:
+        return None
+    try:
+        return check_campaign_name(value)
+    except NameRefused as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def check_alpha(value: float) -> float:
+    """A significance level: strictly between 0 and 1."""
+    if not 0 < value < 1:
+        raise typer.BadParameter(f"{value} is not a significance level; give a number between 0 and 1 (0.05)")
+    return value
+
+
+def check_factor(value: float) -> float:
+    """An improvement factor: finite and above 0 (1.05 = 5%)."""
+    if not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value} is not a factor; give a positive number (1.05 = 5%)")
+    return value
+
+
+def check_direction(value: str | None) -> str | None:
+    """--direction: lower or higher (is better)."""
+    from ..compare import DIRECTIONS  # the compare command imports it anyway; keeps --help cold
+
+    if value is not None and value not in DIRECTIONS:
+        raise typer.BadParameter(f"{value!r} is not one of: {', '.join(DIRECTIONS)}")
+    return value
+
+
+def at_least(minimum: int) -> Callable[[int | None], int | None]:
+    """A check for an int option that must be `minimum` or more (None, when optional, passes)."""
+
+    def check(value: int | None) -> int | None:
+        if value is not None and value < minimum:
+            raise typer.BadParameter(f"{value} is below the minimum {minimum}")
+        return value
+
+    return check

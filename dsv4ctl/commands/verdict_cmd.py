@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from .options import DbOpt, JsonOpt
+from .options import DbOpt, JsonOpt, at_least
 
 LogOpt = Annotated[Optional[Path], typer.Option("--log", help="Raw job log (the probe's output).", exists=True,
                                                 dir_okay=False, readable=True)]
@@ -23,14 +23,17 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
             sacct: SacctOpt = None,
             job_id: Annotated[Optional[str], typer.Option(help="Which job of the sacct text (default: the first).")]
             = None,
-            bos_id: Annotated[int, typer.Option(help="Token id of BOS.")] = 0,
-            max_repeat_run: Annotated[int, typer.Option(help="Same token this many times in a row is degenerate.")]
+            bos_id: Annotated[int, typer.Option(help="Token id of BOS.", callback=at_least(0))] = 0,
+            max_repeat_run: Annotated[int, typer.Option(help="Same token this many times in a row is degenerate.",
+                                                          callback=at_least(2))]
             = 8,
             max_tokens: Annotated[Optional[int], typer.Option(
-                help="Tokens asked per request (with --ignore-eos, fewer is degenerate).")] = None,
+                help="Tokens asked per request (with --ignore-eos, fewer is degenerate).", callback=at_least(1))]
+            = None,
             ignore_eos: Annotated[Optional[bool], typer.Option("--ignore-eos/--stop-at-eos",
                                                                help="Whether the run ignored EOS.")] = None,
-            requests: Annotated[Optional[int], typer.Option(help="Requests expected in the log.")] = None,
+            requests: Annotated[Optional[int], typer.Option(help="Requests expected in the log.",
+                                                            callback=at_least(1))] = None,
             db: DbOpt = None,
             json: JsonOpt = False) -> None:
     """Judge a job: a stored run (JOB) or a raw log (--log) with its sacct record. Exit 0 if it passed, 1 if not,
