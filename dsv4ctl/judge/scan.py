@@ -1,126 +1,79 @@
-"""Streaming parser for raw job logs: bytes in, `LogFacts` out, in constant memory.
+"""The scanning engine: raw job-log bytes in, `LogFacts` out, in bounded memory.
 
-Stdlib only: the job-side probe imports this module in a venv without the CLI's dependencies.
+Stdlib only (the job-side probe imports it in a venv without the CLI's dependencies).
 
-How it stays fast on huge logs: it does not look at every line. It jumps between a few anchors found with
-`bytes.find` (probe markers, `Traceback`, device errors, slurmstepd) and only switches to line-by-line reading while
-a multi-line construct is open (a traceback, a request block, a wrapped token list). vLLM's engine-start lines
-(model load, KV cache size, init time, backends) are only looked for until the engine is ready.
+How it stays fast on huge logs: it does not look at every line. It jumps between a few narrow anchors found with
+one multi-pattern search (markers, `Traceback`, exception names, device and collective signatures, slurmstepd) and
+reads line by line only while a multi-line construct is open (a traceback, a request block, a wrapped token list)
+or when the log was hard-wrapped by a terminal. vLLM's engine-start lines are only looked for until it is ready.
 
-Tolerated input: ANSI colour codes, `\\r` progress bars sharing a physical line, CRLF, invalid UTF-8, vLLM's
-`(Worker_TP3 pid=N) ` prefixes, and ranks interleaving their tracebacks line by line.
+What a line goes through: CR/ANSI cleaning -> outer prefixes learned from the log's first lines (docker, CI,
+srun --label, journald...) -> process tag -> logger head -> content (see `prefixes`). What the content means is
+decided by the tables in `classify` and the marker protocol in `markers`.
+
+Bounds: every list of records has a cap and a count of what was dropped; requests past the cap are judged as they
+complete and only tallied; a line longer than CHUNK_SIZE is read in pieces (a token list of any length is judged
+whole, as it streams).
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 import re
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from . import classify, markers, outputs, prefixes
+from .captures import (DONE, MAX_CAPTURE_LINES, MORE, REJECT, Capture, ListCapture, RequestCapture, Traceback,
+                       TracebackCapture)
+from .outputs import BOS_TEXT  # noqa: F401  (re-exported)
+from .tokens import RequestBlock, RequestVerdict, VerdictOptions, judge_request, parse_token_ids  # noqa: F401
+
 CHUNK_SIZE = 1 << 20  # small enough to stay in cache across the read, the anchor pass and the line count
+HEAD_LINES = 256  # the first lines, read before anything else, teach the prefixes
 MAX_TRACEBACKS = 64
 MAX_NOISE = 200
-MAX_REQUESTS = 4096
+MAX_REQUESTS = 4096  # requests kept in full; later ones are judged on the fly and tallied
+MAX_BAD_KEPT = 32  # bad requests past MAX_REQUESTS kept as examples
 MAX_DIAG_EXAMPLES = 32
-MAX_CAPTURE_LINES = 400
-MAX_MESSAGE_LINES = 60
+MAX_DIAG_KEYS = 256
+MAX_STAGES = 256
+MAX_EVENTS = 200
 CAPTURE_IDLE_LINES = 200  # a capture whose process printed nothing for this many lines is closed
+LONG_LINE_SLACK = 1 << 16  # where to cut a too-long line: the last separator this close to CHUNK_SIZE
 
-BOS_TEXT = "<｜begin▁of▁sentence｜>"
-
-# Anchors scanned for in the whole log, always.
+# Anchors searched in the whole log, always.
 _ANCHORS: tuple[bytes, ...] = (
-    b"###",
-    b"TOKEN_IDS",
-    b"DSV4_",
-    b"ENGINE_READY",
-    b"PY_EXIT=",
-    b"Traceback (most recent call last)",
-    b"Device-side assert",
-    b"Memory access fault",
-    b"HSA_STATUS_ERROR",
-    b"slurmstepd",
-    b"died unexpectedly",
+    b"###", b"TOKEN_IDS", b"ENGINE_READY", b"PY_EXIT=", b"DSV4_METRICS", b"DSV4_EXPECT", b"DSV4_VERDICT",
+    b"DSV4_SETUP_ERROR", b"DSV4_JOB", b"DSV4_FAULT", b"[DSV4_DIAG]",
+    b"Traceback (most recent call last)", b"Error", b"Exception:",
+    b"evice-side assert", b"Memory access fault", b"VMFault", b"HSA_STATUS_ERROR", b"CUDA error", b"Cuda error",
+    b"HIP error", b"Watchdog caught", b"NCCL error", b"slurmstepd", b" died", b"memory pressure",
+    b"Lmod has detected", b"command not found",
+    b"Generated text", b"CompletionOutput(", "begin▁of▁sentence｜><｜begin".encode(),
 )
 # Anchors of vLLM's engine-start lines: dropped once the engine is ready, they never occur during generation.
 _ENGINE_ANCHORS: tuple[bytes, ...] = (
-    b"Model loading took",
-    b"KV cache",
-    b"init engine (",
-    b"expert_dtype",
-    b"MoE backend",
-    b"indexer cache",
+    b"Model loading took", b"KV cache", b"init engine (", b"expert_dtype", b"MoE backend", b"indexer cache",
 )
-
 _ALL_ANCHORS = _ANCHORS + _ENGINE_ANCHORS
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-# vLLM's `(Worker_TP3 pid=5123) ` and torch.distributed's `[rank0]: ` line prefixes.
-_PREFIX = re.compile(r"^(?:\((?P<proc>[A-Za-z][\w.\-]*)(?: pid=(?P<pid>\d+))?\) ?|\[(?P<rank>rank\d+)\]: ?)")
-_VLLM_LINE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ")
-_STAGE = re.compile(r"^### STAGE:\s*(?P<name>.*?)\s*$")
-_ENGINE_READY = re.compile(r"ENGINE_READY in (?P<s>[0-9.]+)\s*s")
-_PY_EXIT = re.compile(r"^PY_EXIT=(?P<rc>-?\d+)\s*$")
-_FIELD = re.compile(r"^(?P<key>TOKEN_IDS|FINISH_REASON|TOKEN_DECODE|OUTPUT_REPR|OUTPUT|STOP_REASON|LOGPROBS)"
-                    r"(?:\[(?P<idx>\d+)\])?:\s?(?P<value>.*)$")
-_REQUEST = re.compile(r"^(?:REQUEST|### REQUEST)[ :]\s*(?P<idx>\d+)")
-_DSV4 = re.compile(r"^(?P<key>DSV4_VERDICT|DSV4_METRICS|DSV4_EXPECT|DSV4_SETUP_ERROR|DSV4_JOB|DSV4_FAULT):\s*"
-                   r"(?P<value>.*?)\s*$")
-_DIAG = re.compile(r"\[DSV4_DIAG\](?:\[(?P<tag>[^\]]+)\])?\s*(?P<key>[\w.]+)\s*[=:]\s*(?P<value>.*?)\s*$")
-_MODEL_LOAD = re.compile(r"Model loading took (?P<gib>[0-9.]+) GiB(?: memory)? and (?P<s>[0-9.]+) seconds")
-_KV_TOKENS = re.compile(r"(?P<pool>[A-Za-z +]+?) KV cache size: (?P<n>[0-9,]+) tokens")
-_INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<s>[0-9.]+) s")
-_EXPERT = re.compile(r"expert_dtype resolved to '(?P<v>[^']+)'")
-_MOE = re.compile(r"Using '(?P<v>[^']+)' (?P<kind>\w+) MoE backend")
-_KV_FORMAT = re.compile(r"Using (?P<v>.+?) KV cache format")
-_INDEXER = re.compile(r"Using (?P<v>\w+) indexer cache")
-_DEVICE = (
-    ("device_assert", re.compile(r"Device-side assert")),
-    ("gpu_memory_fault", re.compile(r"Memory access fault by GPU|VMFault")),
-    ("hsa_error", re.compile(r"HSA_STATUS_ERROR\w*")),
-)
-_DEVICE_EXC = re.compile(r"HIP error|hipError\w+|CUDA error|cudaError\w+|illegal memory access|Device-side assert"
-                         r"|HSA_STATUS_ERROR|Memory access fault")
-_STEPD = (
-    ("time_limit", re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT")),
-    ("preempted", re.compile(r"CANCELLED AT \S+ DUE TO PREEMPTION")),
-    ("node_fail", re.compile(r"DUE TO NODE FAILURE")),
-    ("oom_kill", re.compile(r"oom-kill event|Exceeded job memory limit|OUT_OF_MEMORY")),
-    ("cancelled", re.compile(r"CANCELLED AT")),
-)
-
-
-@dataclass
-class Traceback:
-    line: int
-    process: str | None
-    exc_type: str | None = None
-    message: str = ""
-    exc_line: int | None = None
-    frames: int = 0
-    noise: str | None = None  # None: main path; else why it is noise
-    chain: list[str] = field(default_factory=list)  # earlier exceptions of a chained traceback
-
-    @property
-    def text(self) -> str:
-        return f"{self.exc_type}: {self.message}" if self.message else (self.exc_type or "")
-
-
-@dataclass
-class RequestBlock:
-    line: int
-    index: int | None = None
-    token_ids: list[int] = field(default_factory=list)
-    ids_gaps: list[int] = field(default_factory=list)  # where the log abbreviated the list with `...`
-    ids_unparsed: list[str] = field(default_factory=list)
-    finish_reason: str | None = None
-    token_decode: list[str] | None = None
-    output_repr: str | None = None
-    output: str | None = None
-    logprobs: list[list[list[float]]] | None = None  # per position, the top-N [token_id, logprob] pairs
+_ORPHAN_EXCEPTION = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure))"
+                               r"(?::\s?(?P<msg>.*))?$")
+_QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "WARN"})
+_MODEL_LOAD = re.compile(r"Model loading took (?P<gib>[0-9.]{1,20}) GiB(?: memory)? and (?P<s>[0-9.]{1,20}) seconds")
+_KV_TOKENS = re.compile(r"(?P<pool>[A-Za-z +]+?) KV cache size: (?P<n>[0-9,]{1,24}) tokens")
+_INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<s>[0-9.]{1,20}) s")
+_EXPERT = re.compile(r"expert_dtype resolved to '(?P<v>[^']{1,64})'")
+_MOE = re.compile(r"Using '(?P<v>[^']{1,64})' (?P<kind>\w+) MoE backend")
+_KV_FORMAT = re.compile(r"Using (?P<v>.{1,64}?) KV cache format")
+_INDEXER = re.compile(r"Using (?P<v>\w{1,32}) indexer cache")
+_EXPECT_TYPES: dict[str, tuple[type, int, int]] = {  # DSV4_EXPECT key -> (type, min, max)
+    "max_tokens": (int, 1, 10**8), "n_requests": (int, 0, 10**9), "bos_id": (int, 0, 2**40),
+    "max_repeat_run": (int, 1, 10**9), "ignore_eos": (bool, 0, 1),
+}
 
 
 @dataclass
@@ -129,11 +82,23 @@ class Event:
     kind: str
     text: str
     process: str | None = None
+    family: str | None = None
+    evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RequestTally:
+    """Requests past MAX_REQUESTS: judged one by one as they completed, kept only as counts and examples."""
+
+    judged: int = 0
+    bad: int = 0
+    examples: list[RequestVerdict] = field(default_factory=list)
 
 
 @dataclass
 class LogFacts:
     stages: list[tuple[int, str]] = field(default_factory=list)
+    last_stage: tuple[int, str] | None = None  # kept even when `stages` is capped
     engine_ready_s: float | None = None
     init_engine_s: float | None = None
     model_load_gib: float | None = None
@@ -144,6 +109,7 @@ class LogFacts:
     kv_format: str | None = None
     indexer_cache: str | None = None
     requests: list[RequestBlock] = field(default_factory=list)
+    overflow: RequestTally = field(default_factory=RequestTally)
     probe_verdict: str | None = None
     probe_verdict_line: int | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -151,30 +117,46 @@ class LogFacts:
     expect: dict[str, Any] = field(default_factory=dict)
     py_exit: int | None = None
     py_exit_line: int | None = None
+    job_id: str | None = None  # from the DSV4_JOB line
     setup_errors: list[Event] = field(default_factory=list)
     diag_counts: dict[str, int] = field(default_factory=dict)
     diag_last: dict[str, str] = field(default_factory=dict)  # "proc:key" -> last value
     nonfinite: list[Event] = field(default_factory=list)
     tracebacks: list[Traceback] = field(default_factory=list)
-    device_errors: list[Event] = field(default_factory=list)
+    line_errors: list[Event] = field(default_factory=list)  # device/collective/death lines outside tracebacks
+    orphan_exceptions: list[Event] = field(default_factory=list)  # `Type: message` lines outside any traceback
     scheduler_events: list[Event] = field(default_factory=list)
-    worker_deaths: list[Event] = field(default_factory=list)
+    unreadable: list[Event] = field(default_factory=list)  # marker lines that could not be read: never a pass
     noise: list[Event] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)  # records past a cap: counted, not kept
     lines: int = 0
     ends_mid_line: bool = False
+    prefixes: list[str] = field(default_factory=list)  # the outer line prefixes learned (regex text)
+    wrap_width: int | None = None
 
     @property
     def results_line(self) -> int | None:
         """The line where the run's results were complete: probe verdict, else metrics."""
         return self.probe_verdict_line or self.metrics_line
 
+    @property
+    def device_errors(self) -> list[Event]:
+        return [e for e in self.line_errors if e.family == "device"]
+
+    @property
+    def worker_deaths(self) -> list[Event]:
+        return [e for e in self.line_errors if e.family == "worker_death"]
+
+    @property
+    def request_count(self) -> int:
+        return len(self.requests) + self.overflow.judged
+
 
 # ---- anchor finders -------------------------------------------------------------------------------------------------
 
 
 class _PythonFinder:
-    """Every anchor occurrence by `bytes.find`, one pass per anchor: stdlib only (the job venv), ~2 GB/s a pass."""
+    """Every anchor occurrence by `bytes.find`, one pass per anchor: stdlib only (the job venv)."""
 
     def __init__(self, anchors: tuple[bytes, ...]) -> None:
         self.anchors = anchors
@@ -230,34 +212,17 @@ def finder(engine_ready: bool) -> _PythonFinder | _AhoCorasickFinder:
 # ---- value parsing ------------------------------------------------------------------------------------------------
 
 
-def parse_token_ids(text: str) -> tuple[list[int], list[int], list[str]]:
-    """Parse `[1, 2, ..., 0]` leniently: ints kept, where `...` cut the list noted (as the index of the id that
-    follows the gap), anything else (log garbling) listed."""
-    body = text.strip().strip("[]")
-    ids: list[int] = []
-    gaps: list[int] = []
-    bad: list[str] = []
-    for item in body.split(","):
-        item = item.strip().strip("[]").strip()
-        if not item:
-            continue
-        if item in ("...", "…"):
-            gaps.append(len(ids))
-        elif re.fullmatch(r"-?\d+", item):
-            ids.append(int(item))
-        else:
-            bad.append(item)
-    return ids, gaps, bad
-
-
 def parse_decode_list(text: str) -> list[str]:
     """Parse a TOKEN_DECODE list; bare names like BOS (hand-written logs) are kept as their text."""
-    try:
-        value = ast.literal_eval(text.strip())
-        if isinstance(value, (list, tuple)):
-            return [str(v) for v in value]
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        pass
+    import ast
+
+    if len(text) < (1 << 20):
+        try:
+            value = ast.literal_eval(text.strip())
+            if isinstance(value, (list, tuple)):
+                return [str(v) for v in value]
+        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+            pass
     items = re.findall(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"|([^,\[\]\s][^,\[\]]*)", text)
     return [a or b or c.strip() for a, b, c in items if (a or b or c.strip())]
 
@@ -266,37 +231,32 @@ def parse_scalar(text: str) -> Any:
     text = text.strip()
     if text in ("True", "False", "true", "false"):
         return text in ("True", "true")
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return text
+    if len(text) <= 40:
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    return text
 
 
 def is_nonfinite_value(value: Any) -> bool:
     if isinstance(value, float):
         return math.isnan(value) or math.isinf(value)
     if isinstance(value, str):
-        return bool(re.search(r"(?<![A-Za-z])(nan|inf)(?![A-Za-z])", value, re.IGNORECASE))
+        return bool(re.search(r"(?<![A-Za-z])(nan|inf)(?![A-Za-z])", value[:1000], re.IGNORECASE))
     return False
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
     try:
         value = json.loads(text)
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError):  # ValueError covers ints past Python's 4300-digit limit
         return None
     return value if isinstance(value, dict) else None
-
-
-def _split_prefix(text: str) -> tuple[str | None, str]:
-    m = _PREFIX.match(text)
-    if m:
-        return m.group("proc") or m.group("rank"), text[m.end():]
-    return None, text
 
 
 def clean_line(raw: bytes) -> str:
@@ -311,111 +271,14 @@ def clean_line(raw: bytes) -> str:
     return text.rstrip()
 
 
-# ---- multi-line captures --------------------------------------------------------------------------------------------
-
-
-MORE, DONE, REJECT = "more", "done", "reject"
-
-
-class _Capture:
-    """A multi-line construct in progress for one process prefix."""
-
-    lines_seen = 0
-    last_line = 0
-
-    def feed(self, line_no: int, content: str) -> str:
-        """Take one line. MORE: consumed, keep going; DONE: consumed, finished; REJECT: not ours, finished."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
-class _TracebackCapture(_Capture):
-    def __init__(self, parser: "LogParser", tb: Traceback) -> None:
-        self.parser = parser
-        self.tb = tb
-        self.in_message = False
-        self.message_lines = 0
-
-    def feed(self, line_no: int, content: str) -> str:
-        self.lines_seen += 1
-        tb = self.tb
-        if not self.in_message:
-            if not content.strip():
-                return MORE
-            if content[:1] in (" ", "\t"):
-                if content.lstrip().startswith("File "):
-                    tb.frames += 1
-                    if "_report_usage_worker" in content or "usage_lib" in content:
-                        tb.noise = tb.noise or "usage_thread"
-                return MORE
-            if content.startswith("Traceback (most recent call last)"):
-                return MORE
-            tb.exc_line = line_no
-            exc_type, _, message = content.partition(":")
-            tb.exc_type = exc_type.strip()
-            tb.message = message.strip()
-            # Only a message left open (Triton's "at 12:12:") continues on the next lines.
-            self.in_message = not tb.message or tb.message.endswith(":")
-            return MORE if self.in_message else DONE
-        # Continuation of the exception message (Triton prints the failing source under it).
-        if (not content.strip() or _VLLM_LINE.match(content) or content.startswith(("Traceback", "###", "PY_EXIT="))
-                or _FIELD.match(content) or _DSV4.match(content) or content.startswith("During handling")
-                or content.startswith("The above exception") or self.message_lines >= MAX_MESSAGE_LINES):
-            return REJECT
-        tb.message = f"{tb.message}\n{content}" if tb.message else content
-        self.message_lines += 1
-        return MORE
-
-    def close(self) -> None:
-        self.parser._finish_traceback(self.tb)
-
-
-class _ListCapture(_Capture):
-    """A Python list printed over several lines (TOKEN_IDS / TOKEN_DECODE wrapped by the printer)."""
-
-    def __init__(self, parser: "LogParser", request: RequestBlock, key: str, text: str) -> None:
-        self.parser, self.request, self.key, self.text = parser, request, key, text
-
-    def feed(self, line_no: int, content: str) -> str:
-        self.lines_seen += 1
-        if _FIELD.match(content) or _DSV4.match(content) or content.startswith(("###", "PY_EXIT=", "Traceback")):
-            return REJECT
-        self.text += " " + content.strip()
-        return DONE if _balanced(self.text) else MORE
-
-    def close(self) -> None:
-        self.parser._set_list(self.request, self.key, self.text)
-
-
-class _RequestCapture(_Capture):
-    """Lines after TOKEN_IDS: the rest of one request's block (FINISH_REASON, TOKEN_DECODE, OUTPUT...)."""
-
-    def __init__(self, parser: "LogParser", request: RequestBlock) -> None:
-        self.parser, self.request = parser, request
-        self.output_open = False
-
-    def feed(self, line_no: int, content: str) -> str:
-        self.lines_seen += 1
-        m = _FIELD.match(content)
-        if m:
-            key, value = m.group("key"), m.group("value")
-            if key == "TOKEN_IDS":
-                return REJECT
-            self.output_open = key == "OUTPUT"
-            self.parser._set_field(self.request, key, value, line_no)
-            return MORE
-        if self.output_open and not (_DSV4.match(content) or content.startswith(("###", "PY_EXIT=", "Traceback",
-                                                                                 "[DSV4_DIAG]", "REQUEST"))
-                                     or _VLLM_LINE.match(content)):
-            self.request.output = (self.request.output or "") + "\n" + content
-            return MORE
-        return REJECT
-
-
-def _balanced(text: str) -> bool:
-    return text.count("[") <= text.count("]")
+def _safe_cut(buf: bytes, limit: int) -> int:
+    """Where to cut a line longer than `limit`: after the last separator near the limit, so that ids and words
+    stay whole."""
+    for sep in (b",", b"\r", b" "):
+        at = buf.rfind(sep, limit - LONG_LINE_SLACK, limit)
+        if at > 0:
+            return at + 1
+    return limit
 
 
 # ---- the parser -----------------------------------------------------------------------------------------------------
@@ -424,63 +287,101 @@ def _balanced(text: str) -> bool:
 class LogParser:
     """Feed bytes in any chunking with `feed`, then call `close` for the facts."""
 
-    def __init__(self) -> None:
+    def __init__(self, options: VerdictOptions | None = None) -> None:
         self.facts = LogFacts()
+        self.options = options or VerdictOptions()
+        self._head: bytearray | None = bytearray()  # the first lines, held until the prefixes are learned
+        self._prefixes = prefixes.LinePrefixes()
         self._carry = b""
         self._line_no = 1  # number of the next line to be read
-        self._captures: dict[str | None, _Capture] = {}
+        self._captures: dict[str | None, Capture] = {}
         self._engine_ready = False
         self._current_request: RequestBlock | None = None
+        self._current_overflow = False
+
+    # -- options --
+
+    def bos_id(self) -> int:
+        return self.options.merged_with(self.facts.expect).bos_id
 
     # -- feeding --
 
     def feed(self, data: bytes) -> None:
         if not data:
             return
+        if self._head is not None:
+            self._head += data
+            if self._head.count(b"\n") < HEAD_LINES and len(self._head) < CHUNK_SIZE:
+                return
+            data, self._head = bytes(self._head), None
+            self._learn(data)
         buf = self._carry + data if self._carry else data
         cut = buf.rfind(b"\n") + 1
         if cut == 0:
             self._carry = buf
-            if len(self._carry) > CHUNK_SIZE:  # a pathological line: judge its head, drop the rest
-                self._scan(self._carry[:CHUNK_SIZE] + b"\n", CHUNK_SIZE + 1)
-                self._carry = b""
+            while len(self._carry) > CHUNK_SIZE:  # one huge line: read it in pieces, all on the same line number
+                piece = _safe_cut(self._carry, CHUNK_SIZE)
+                self._scan_piece(self._carry[:piece])
+                self._carry = self._carry[piece:]
             return
         self._carry = buf[cut:]
         self._scan(buf, cut)
 
     def feed_lines(self, buf: bytes | bytearray, end: int) -> None:
         """Scan buf[:end], which must end with a newline (a caller that owns its buffer skips feed's copy)."""
-        if self._carry:
+        if self._carry or self._head is not None:
             self.feed(bytes(buf[:end]))
         else:
             self._scan(buf, end)
 
     def close(self) -> LogFacts:
+        if self._head is not None:
+            data, self._head = bytes(self._head), None
+            self._learn(data)
+            self.feed(data)
         if self._carry:
             self.facts.ends_mid_line = True
             tail = self._carry + b"\n"
-            self._scan(tail, len(tail))
             self._carry = b""
+            self._scan(tail, len(tail))
         for capture in list(self._captures.values()):
             capture.close()
         self._captures.clear()
+        self._finish_request()
         # Captures finish out of order when ranks interleave: keep records in log order.
         self.facts.tracebacks.sort(key=lambda tb: tb.line)
         self.facts.noise.sort(key=lambda e: e.line)
         self.facts.lines = self._line_no - 1
         return self.facts
 
+    def _learn(self, data: bytes) -> None:
+        lines = [clean_line(raw) for raw in data.split(b"\n", HEAD_LINES)[:HEAD_LINES]]
+        self._prefixes = prefixes.learn(lines)
+        self.facts.prefixes = [p.pattern for p in self._prefixes.outer]
+        self.facts.wrap_width = self._prefixes.wrap_width
+
+    def _scan_piece(self, piece: bytes) -> None:
+        """A piece of a line longer than CHUNK_SIZE, read as if it were a line of its own but numbered as the
+        line it belongs to."""
+        self._scan(piece + b"\n", len(piece) + 1)
+        self._line_no -= 1
+        self.facts.dropped["long_line_pieces"] = self.facts.dropped.get("long_line_pieces", 0) + 1
+
     def _scan(self, buf: bytes, end: int) -> None:
         """Scan the complete lines in buf[:end]. Jumps from anchor hit to anchor hit unless a capture wants every
         line; line numbers come from counting the newlines jumped over."""
-        engine_was_ready = self._engine_ready
-        hits = finder(engine_was_ready).find(buf, end)
+        hits = finder(self._engine_ready).find(buf, end)
         n_base = len(_ANCHORS)
+        wrap = self._prefixes.wrap_width
         pos = hi = 0
         while pos < end:
-            if self._captures:
+            if self._captures or wrap:
                 stop = buf.find(b"\n", pos, end)
-                self._line(self._line_no, buf[pos:stop], buf, pos)
+                raw = buf[pos:stop]
+                first = self._line_no
+                if wrap:
+                    raw, stop = self._unwrap(buf, raw, stop, end, wrap)
+                self._line(first, raw, buf, pos)
                 self._line_no += 1
                 pos = stop + 1
                 if not self._line_no % 64:
@@ -499,9 +400,20 @@ class LogParser:
             self._line_no += 1
             pos = stop + 1
 
-    def _open(self, proc: str | None, capture: _Capture) -> None:
-        capture.last_line = self._line_no
-        self._captures[proc] = capture
+    def _unwrap(self, buf: bytes, raw: bytes, stop: int, end: int, width: int) -> tuple[bytes, int]:
+        """Join the physical lines a terminal cut at `width` back into one (numbered as its first line)."""
+        joined = raw
+        for _ in range(64):
+            nxt = buf.find(b"\n", stop + 1, end)
+            if nxt < 0:
+                break
+            following = buf[stop + 1:nxt]
+            if not prefixes.continues(clean_line(raw), clean_line(following), width):
+                break
+            joined += following
+            raw, stop = following, nxt
+            self._line_no += 1
+        return joined, stop
 
     def _expire_captures(self) -> None:
         """Close captures of processes that went quiet (a rank that died mid-traceback), back to anchor jumps."""
@@ -510,122 +422,199 @@ class LogParser:
                 del self._captures[proc]
                 capture.close()
 
+    def _open(self, proc: str | None, capture: Capture) -> None:
+        capture.last_line = self._line_no
+        self._captures[proc] = capture
+
     # -- one line --
+
+    def heads(self, frame: str) -> prefixes.Heads:
+        return prefixes.split_heads(self._prefixes.strip(frame))
 
     def _line(self, line_no: int, raw: bytes, buf: bytes, start: int) -> None:
         text = clean_line(raw)
         for frame in text.split("\r") if "\r" in text else (text,):
-            proc, content = _split_prefix(frame)
-            capture = self._captures.get(proc)
+            heads = self.heads(frame)
+            capture = self._captures.get(heads.process)
             if capture is not None:
                 capture.last_line = line_no
-                state = capture.feed(line_no, content) if capture.lines_seen < MAX_CAPTURE_LINES else REJECT
+                limit = getattr(capture, "max_lines", MAX_CAPTURE_LINES)
+                state = capture.feed(line_no, heads) if capture.lines_seen < limit else REJECT
                 if state == MORE:
                     continue
-                if self._captures.get(proc) is capture:
-                    del self._captures[proc]
+                if self._captures.get(heads.process) is capture:
+                    del self._captures[heads.process]
                 capture.close()
                 if state == DONE:
                     continue
-            self._dispatch(line_no, proc, content, buf, start)
+            self._dispatch(line_no, heads, buf, start)
 
-    @staticmethod
-    def _previous_line(proc: str | None, buf: bytes, start: int) -> str:
+    def _previous_line(self, proc: str | None, buf: bytes, start: int) -> str:
         """The nearest non-blank line of the same process above `start`, looking back a few lines in the buffer."""
         end = start - 1
         for _ in range(4):
             if end < 0:
                 break
             begin = buf.rfind(b"\n", 0, end) + 1
-            p, content = _split_prefix(clean_line(buf[begin:end]))
-            if content.strip() and p == proc:
-                return content
+            heads = self.heads(clean_line(buf[begin:end]))
+            if heads.content.strip() and heads.process == proc:
+                return heads.content
             end = begin - 1
         return ""
 
-    def _dispatch(self, line_no: int, proc: str | None, content: str, buf: bytes, start: int) -> None:
-        facts = self.facts
-        head = content[:1]
-        if head == "#" and content.startswith("### STAGE:"):
-            facts.stages.append((line_no, _STAGE.match(content).group("name")))
-            if facts.stages[-1][1].startswith("generate"):
-                self._engine_ready = True
+    def _dispatch(self, line_no: int, heads: prefixes.Heads, buf: bytes, start: int) -> None:
+        facts, content, proc = self.facts, heads.content, heads.process
+        if content.startswith(markers.STAGE):
+            m = markers.STAGE_RE.match(content)
+            self._stage(line_no, m.group("name")[:200] if m else "")
             return
-        if content.startswith("Traceback (most recent call last)"):
-            self._start_traceback(line_no, proc, buf, start)
+        at = content.find("Traceback (most recent call last)")
+        if at >= 0:
+            self._start_traceback(line_no, heads, content[:at].strip(), buf, start)
             return
-        m = _FIELD.match(content)
+        m = markers.FIELD_RE.match(content)
         if m and m.group("key") == "TOKEN_IDS":
             self._start_request(line_no, m.group("idx"), m.group("value"))
             return
-        if "ENGINE_READY" in content:
-            m = _ENGINE_READY.search(content)
+        if markers.ENGINE_READY in content:
+            m = markers.ENGINE_READY_RE.search(content)
             if m:
                 facts.engine_ready_s = float(m.group("s"))
                 self._engine_ready = True
                 return
-        m = _PY_EXIT.match(content)
-        if m:
-            facts.py_exit, facts.py_exit_line = int(m.group("rc")), line_no
+        if content.startswith(markers.PY_EXIT):
+            self._py_exit(line_no, content)
             return
-        if "DSV4_" in content:
-            if self._dsv4_line(line_no, proc, content):
-                return
-        for kind, rx in _DEVICE:
-            m = rx.search(content)
-            if m:
-                self._add(facts.device_errors, Event(line_no, kind, content.strip(), proc), "device_errors")
-                return
-        if "died unexpectedly" in content:  # vLLM's word for a worker killed from outside (OOM killer, signal)
-            self._add(facts.worker_deaths, Event(line_no, "worker_died", content.strip(), proc), "worker_deaths")
+        if "DSV4_" in content and self._dsv4_line(line_no, proc, content):
+            return
+        if self._printed_outputs(line_no, content):
             return
         if "slurmstepd" in content:
-            for kind, rx in _STEPD:
+            for kind, family, rx in classify.STEPD_EVENTS:
                 if rx.search(content):
-                    self._add(facts.scheduler_events, Event(line_no, kind, content.strip(), proc), "scheduler")
+                    self._add(facts.scheduler_events, Event(line_no, kind, content.strip()[:500], proc, family),
+                              "scheduler_events")
                     return
+        found = classify.line_error(content)
+        if found is not None:
+            family, kind = found
+            previous = self._previous_line(proc, buf, start)
+            self._add(facts.line_errors, Event(line_no, kind, content.strip()[:1000], proc, family,
+                                               [s[:300] for s in (previous, content.strip()) if s]), "line_errors")
+            return
+        if heads.level not in _QUIET_LEVELS and ("Error" in content or "Exception" in content):
+            m = _ORPHAN_EXCEPTION.match(content.strip())
+            if m:
+                text = content.strip()[:1000]
+                self._add(facts.orphan_exceptions,
+                          Event(line_no, "exception", text, proc, classify.exception_family(text),
+                                [s[:300] for s in (self._previous_line(proc, buf, start), text) if s]),
+                          "orphan_exceptions")
+                return
         if not self._engine_ready:
             self._engine_line(content)
 
+    def _stage(self, line_no: int, name: str) -> None:
+        facts = self.facts
+        facts.last_stage = (line_no, name)
+        if len(facts.stages) < MAX_STAGES:
+            facts.stages.append((line_no, name))
+        else:
+            facts.dropped["stages"] = facts.dropped.get("stages", 0) + 1
+        if name.startswith("generate"):
+            self._engine_ready = True
+
+    def _py_exit(self, line_no: int, content: str) -> None:
+        facts = self.facts
+        m = markers.PY_EXIT_RE.match(content)
+        digits = m.group("rc").lstrip("-") if m else ""
+        facts.py_exit_line = line_no
+        if m and len(digits) <= markers.MAX_EXIT_DIGITS:
+            facts.py_exit = int(m.group("rc"))
+        else:
+            facts.py_exit = None
+            self._unreadable(line_no, "py_exit", content)
+
+    def _unreadable(self, line_no: int, kind: str, text: str) -> None:
+        self._add(self.facts.unreadable, Event(line_no, kind, text[:200]), "unreadable", cap=MAX_DIAG_EXAMPLES)
+
     def _dsv4_line(self, line_no: int, proc: str | None, content: str) -> bool:
         facts = self.facts
-        m = _DIAG.search(content)
-        if m:
-            self._diag(line_no, m.group("tag") or proc, m.group("key"), m.group("value"))
-            return True
-        m = _DSV4.match(content)
+        if markers.DIAG in content:
+            m = markers.DIAG_RE.search(content)
+            if m:
+                self._diag(line_no, m.group("tag") or proc, m.group("key"), m.group("value"))
+                return True
+        m = markers.DSV4_RE.match(content)
         if not m:
             return False
         key, value = m.group("key"), m.group("value")
         if key == "DSV4_VERDICT":
-            facts.probe_verdict, facts.probe_verdict_line = value.split()[0] if value else "", line_no
+            facts.probe_verdict, facts.probe_verdict_line = (value.split()[0][:40] if value else ""), line_no
         elif key == "DSV4_METRICS":
             obj = _json_object(value)
-            if obj is not None:
-                facts.metrics.update(obj)
-                facts.metrics_line = line_no
-                if any(is_nonfinite_value(v) for v in obj.values() if isinstance(v, float)):
-                    self._add(facts.nonfinite, Event(line_no, "metrics", value, proc), "nonfinite")
+            if obj is None:
+                self._unreadable(line_no, "metrics", content)
+                return True
+            for name, metric in list(obj.items())[:256]:
+                facts.metrics[str(name)[:100]] = metric
+            facts.metrics_line = line_no
+            if any(is_nonfinite_value(v) for v in obj.values() if isinstance(v, float)):
+                self._add(facts.nonfinite, Event(line_no, "metrics", value[:500], proc), "nonfinite")
         elif key == "DSV4_EXPECT":
-            facts.expect.update(_json_object(value) or {})
+            self._expect(line_no, value, content)
         elif key == "DSV4_SETUP_ERROR":
-            facts.setup_errors.append(Event(line_no, "setup", value, proc))
+            self._add(facts.setup_errors, Event(line_no, "setup_error", value[:1000], proc, "setup", [content[:300]]),
+                      "setup_errors", cap=MAX_EVENTS)
+        elif key == "DSV4_JOB":
+            m = re.search(r"\bjob=(\S{1,64})", value)
+            facts.job_id = m.group(1) if m else facts.job_id
         return True
+
+    def _expect(self, line_no: int, value: str, content: str) -> None:
+        obj = _json_object(value)
+        if obj is None:
+            self._unreadable(line_no, "expect", content)
+            return
+        for key, item in obj.items():
+            kind = _EXPECT_TYPES.get(key)
+            if kind is None:
+                continue
+            want, low, high = kind
+            ok = isinstance(item, bool) if want is bool else (type(item) is int and low <= item <= high)
+            if ok:
+                self.facts.expect[key] = item
+            else:
+                self._unreadable(line_no, f"expect.{key}", content)
+
+    def _printed_outputs(self, line_no: int, content: str) -> bool:
+        if not ("Generated text" in content or "CompletionOutput(" in content or "begin▁of▁sentence" in content):
+            return False
+        found = outputs.read_outputs(content)
+        for printed in found:
+            source = "generated_text" if "Generated text" in content else "request_output"
+            request = RequestBlock(line=line_no, index=self.facts.request_count, output=printed.text, source=source)
+            if printed.token_ids is not None:
+                request.token_ids = printed.token_ids[:]
+                request.n_ids = len(printed.token_ids)
+            self._add_request(request)
+            self._finish_request()
+        return bool(found)
 
     def _engine_line(self, content: str) -> None:
         facts = self.facts
         if "took" in content:
             m = _MODEL_LOAD.search(content)
             if m:
-                facts.model_load_gib, facts.model_load_s = float(m.group("gib")), float(m.group("s"))
+                facts.model_load_gib, facts.model_load_s = _float(m.group("gib")), _float(m.group("s"))
                 return
             m = _INIT_ENGINE.search(content)
             if m:
-                facts.init_engine_s = float(m.group("s"))
+                facts.init_engine_s = _float(m.group("s"))
                 return
         m = _KV_TOKENS.search(content)
         if m:
-            facts.kv_cache_tokens = int(m.group("n").replace(",", ""))
+            facts.kv_cache_tokens = int(m.group("n").replace(",", "") or 0)
             return
         for rx, attr in ((_EXPERT, "expert_dtype"), (_MOE, "moe_backend"), (_KV_FORMAT, "kv_format"),
                          (_INDEXER, "indexer_cache")):
@@ -644,93 +633,130 @@ class LogParser:
 
     def _diag(self, line_no: int, proc: str | None, key: str, value: str) -> None:
         facts = self.facts
-        facts.diag_counts[key] = facts.diag_counts.get(key, 0) + 1
-        facts.diag_last[f"{proc or '-'}:{key}"] = value[:200]
+        if key in facts.diag_counts or len(facts.diag_counts) < MAX_DIAG_KEYS:
+            facts.diag_counts[key] = facts.diag_counts.get(key, 0) + 1
+            slot = f"{proc or '-'}:{key}"
+            if slot in facts.diag_last or len(facts.diag_last) < MAX_DIAG_KEYS * 8:
+                facts.diag_last[slot] = value[:200]
+        else:
+            facts.dropped["diag_keys"] = facts.dropped.get("diag_keys", 0) + 1
         parsed = parse_scalar(value)
         bad = (key.endswith("_finite") and parsed is False) or (
             not key.endswith(("_shape", "_stride", "shape", "stride")) and is_nonfinite_value(parsed))
         if bad:
-            self._add(facts.nonfinite, Event(line_no, key, f"{key} = {value}", proc), "nonfinite",
+            self._add(facts.nonfinite, Event(line_no, key[:100], f"{key} = {value}"[:500], proc), "nonfinite",
                       cap=MAX_DIAG_EXAMPLES)
 
-    def _start_request(self, line_no: int, idx: str | None, value: str) -> None:
-        facts = self.facts
-        request = RequestBlock(line=line_no, index=int(idx) if idx else len(facts.requests))
-        if len(facts.requests) < MAX_REQUESTS:
-            facts.requests.append(request)
-        else:
-            facts.dropped["requests"] = facts.dropped.get("requests", 0) + 1
-        self._current_request = request
-        self._set_field(request, "TOKEN_IDS", value, line_no)
-        if None not in self._captures:
-            self._open(None, _RequestCapture(self, request))
+    # -- requests --
 
-    def _set_field(self, request: RequestBlock, key: str, value: str, line_no: int) -> None:
-        if key in ("TOKEN_IDS", "TOKEN_DECODE") and not _balanced(value):
-            # A wrapped list: read on until its bracket closes, then hand back to the request block.
-            self._open(None, _ListCapture(self, request, key, value))
+    def _add_request(self, request: RequestBlock) -> None:
+        self._finish_request()
+        self._current_request = request
+        self._current_overflow = len(self.facts.requests) >= MAX_REQUESTS
+        if not self._current_overflow:
+            self.facts.requests.append(request)
+
+    def _finish_request(self) -> None:
+        """A request past the cap is judged the moment it is complete, then only tallied."""
+        request, self._current_request = self._current_request, None
+        if request is None or not self._current_overflow:
             return
+        tally = self.facts.overflow
+        verdict = judge_request(request, self.options.merged_with(self.facts.expect))
+        tally.judged += 1
+        if verdict.problems:
+            tally.bad += 1
+            if len(tally.examples) < MAX_BAD_KEPT:
+                verdict.token_ids = verdict.token_ids[:64]
+                tally.examples.append(verdict)
+
+    def _start_request(self, line_no: int, idx: str | None, value: str) -> None:
+        index = int(idx) if idx else self.facts.request_count
+        self._add_request(RequestBlock(line=line_no, index=index))
+        self.set_field(self._current_request, "TOKEN_IDS", value)
+        if None not in self._captures:
+            self._open(None, RequestCapture(self, self._current_request))
+
+    def set_field(self, request: RequestBlock, key: str, value: str) -> None:
         if key in ("TOKEN_IDS", "TOKEN_DECODE"):
-            self._set_list(request, key, value)
+            capture = ListCapture(self, request, key, value)
+            if capture.depth > 0:  # a wrapped list: read on until its bracket closes
+                capture.max_lines = 1 << 62  # a token list is judged whole, however many pieces it comes in
+                self._open(None, capture)
+            else:
+                capture.close()
         elif key == "FINISH_REASON":
-            request.finish_reason = value.strip() or None
+            request.finish_reason = value.strip()[:40] or None
         elif key == "OUTPUT_REPR":
-            request.output_repr = value
+            request.output_repr = value[:1 << 16]
         elif key == "OUTPUT":
-            request.output = value
+            request.output = value[:1 << 16]
         elif key == "LOGPROBS":
             try:
-                request.logprobs = json.loads(value)
+                request.logprobs = json.loads(value) if len(value) < (1 << 22) else None
             except (ValueError, RecursionError):
                 request.logprobs = None
 
-    def _set_list(self, request: RequestBlock, key: str, text: str) -> None:
-        if key == "TOKEN_IDS":
-            request.token_ids, request.ids_gaps, request.ids_unparsed = parse_token_ids(text)
-        else:
-            request.token_decode = parse_decode_list(text)
-        if self._captures.get(None) is None or isinstance(self._captures.get(None), _ListCapture):
-            self._open(None, _RequestCapture(self, request))
+    def set_decode(self, request: RequestBlock, text: str) -> None:
+        request.token_decode = parse_decode_list(text)[:1 << 16]
 
-    def _start_traceback(self, line_no: int, proc: str | None, buf: bytes, start: int) -> None:
-        tb = Traceback(line=line_no, process=proc)
+    def open_request_block(self, request: RequestBlock) -> None:
+        """After a list closed: the rest of the request's block follows."""
+        if self._captures.get(None) is None or isinstance(self._captures.get(None), ListCapture):
+            self._open(None, RequestCapture(self, request))
+
+    # -- tracebacks --
+
+    def _start_traceback(self, line_no: int, heads: prefixes.Heads, context: str, buf: bytes, start: int) -> None:
+        proc = heads.process
+        tb = Traceback(line=line_no, process=proc, context=context[:300])
         previous = self._previous_line(proc, buf, start)
-        if "_report_usage_worker" in previous:
-            tb.noise = "usage_thread"
-        elif previous.startswith(("Exception ignored in", "Error in atexit")):
-            tb.noise = "shutdown"
-        elif previous.startswith(("During handling of the above exception",
-                                  "The above exception was the direct cause")):
+        for kind, rx in classify.NOISE_BEFORE:
+            if rx.search(previous):
+                tb.noise = kind
+                break
+        if previous.startswith(("During handling of the above exception",
+                                "The above exception was the direct cause")):
             tb.chain = ["(chained)"]
         previous_capture = self._captures.pop(proc, None)
         if previous_capture is not None:
             previous_capture.close()
-        self._open(proc, _TracebackCapture(self, tb))
+        self._open(proc, TracebackCapture(self, tb, heads.where))
 
-    def _finish_traceback(self, tb: Traceback) -> None:
+    def finish_traceback(self, tb: Traceback) -> None:
         facts = self.facts
-        if tb.message and "libcudart is not loaded" in tb.message:
-            tb.noise = tb.noise or "shutdown"
+        for kind, rx in classify.NOISE_TEXT:
+            if rx.search(tb.message or ""):
+                tb.noise = tb.noise or kind
         results = facts.results_line
         if tb.noise is None and results is not None and tb.line > results:
             tb.noise = "after_result"
         if tb.chain:  # merge into the traceback it continues: one error, root cause first
             for earlier in reversed(facts.tracebacks):
                 if earlier.process == tb.process:
-                    earlier.chain.append(tb.text)
+                    if len(earlier.chain) < 16:
+                        earlier.chain.append(tb.text[:1000])
                     return
+            tb.chain = []
         if tb.noise:
-            self._add(facts.noise, Event(tb.line, tb.noise, tb.text, tb.process), "noise")
+            self._add(facts.noise, Event(tb.line, tb.noise, tb.text[:500], tb.process), "noise")
         if len(facts.tracebacks) < MAX_TRACEBACKS:
             facts.tracebacks.append(tb)
         else:
             facts.dropped["tracebacks"] = facts.dropped.get("tracebacks", 0) + 1
 
 
-def parse_stream(stream: IO[bytes], chunk_size: int = CHUNK_SIZE) -> LogFacts:
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_stream(stream: IO[bytes], chunk_size: int = CHUNK_SIZE, options: VerdictOptions | None = None) -> LogFacts:
     """Parse a binary stream with one reused buffer: `readinto`, scan the complete lines, keep the partial last
     line at the front. (Concatenating fresh 8 MiB chunks cost a third of the parse in page faults.)"""
-    parser = LogParser()
+    parser = LogParser(options)
     buf = bytearray(chunk_size)
     filled = 0
     while True:
@@ -741,7 +767,7 @@ def parse_stream(stream: IO[bytes], chunk_size: int = CHUNK_SIZE) -> LogFacts:
         filled += n
         cut = buf.rfind(b"\n", 0, filled) + 1
         if cut == 0:
-            if filled == len(buf):  # one line longer than the buffer: hand it to feed(), which caps it
+            if filled == len(buf):  # one line longer than the buffer: hand it to feed(), which reads it in pieces
                 parser.feed(bytes(buf))
                 filled = 0
             continue
@@ -754,17 +780,12 @@ def parse_stream(stream: IO[bytes], chunk_size: int = CHUNK_SIZE) -> LogFacts:
     return parser.close()
 
 
-def parse_bytes(data: bytes) -> LogFacts:
-    parser = LogParser()
+def parse_bytes(data: bytes, options: VerdictOptions | None = None) -> LogFacts:
+    parser = LogParser(options)
     parser.feed(data)
     return parser.close()
 
 
-def parse_file(path: str) -> LogFacts:
+def parse_file(path: str, options: VerdictOptions | None = None) -> LogFacts:
     with open(path, "rb") as stream:
-        return parse_stream(stream)
-
-
-def device_like(message: str) -> bool:
-    """Whether an exception's text reports a device-side failure (HIP/CUDA error, illegal access...)."""
-    return bool(_DEVICE_EXC.search(message))
+        return parse_stream(stream, options=options)

@@ -18,14 +18,24 @@ OUT_DIM = NOPE_DIM + ROPE_DIM
 
 
 @triton.jit
+def _pow2(e):
+    """2**e for an integer e in [-149, 128], exact: built from float32 bits. (exp2 is not exact everywhere: the
+    CPU interpreter's differs from torch's by an ulp near the float32 limits.)"""
+    e = e.to(tl.int32)
+    normal = (tl.maximum(e + 127, 0) << 23).to(tl.float32, bitcast=True)
+    subnormal = (1 << tl.minimum(tl.maximum(e + 149, 0), 22)).to(tl.float32, bitcast=True)
+    return tl.where(e >= -126, normal, subnormal)
+
+
+@triton.jit
 def _e4m3_to_f32(b, FNUZ: tl.constexpr):
     bits = b.to(tl.int32)
     sign = (bits >> 7) & 1
     exponent = (bits >> 3) & 0xF
     mantissa = (bits & 7).to(tl.float32)
     bias: tl.constexpr = 8 if FNUZ else 7
-    normal = (1.0 + mantissa * 0.125) * tl.exp2((exponent - bias).to(tl.float32))
-    subnormal = mantissa * 0.125 * tl.exp2((1 - bias) * 1.0)
+    normal = (1.0 + mantissa * 0.125) * _pow2(exponent - bias)
+    subnormal = mantissa * 0.125 * _pow2(exponent * 0 + (1 - bias))
     magnitude = tl.where(exponent == 0, subnormal, normal)
     value = tl.where(sign == 1, -magnitude, magnitude)
     if FNUZ:
@@ -52,7 +62,7 @@ def _gather_kernel(cache_ptr, slots_ptr, out_ptr, n_tokens, block_stride, BLOCK_
             # Scales sit after the block's data: block_base + BLOCK_SIZE * 576 + pos * 8.
             scale_byte = tl.load(block_base + BLOCK_SIZE * 576 + pos * 8 + offs // 64, mask=is_nope, other=127)
             nope = _e4m3_to_f32(tl.load(data + offs, mask=is_nope, other=0), FNUZ)
-            nope = nope * tl.exp2(scale_byte.to(tl.float32) - 127.0)
+            nope = nope * _pow2(scale_byte.to(tl.int32) - 127)
             if ROPE16:  # 2-byte aligned: one 16-bit load per RoPE value
                 half = tl.load((data + 448).to(tl.pointer_type(tl.uint16)) + rope_index, mask=~is_nope, other=0)
                 rope = (half.to(tl.uint32) << 16).to(tl.float32, bitcast=True)  # bf16 -> f32 is a 16-bit shift

@@ -1,0 +1,120 @@
+"""What counts as what: plain tables of signatures. The scanner finds candidate lines; these tables say which error
+family a line or exception belongs to, whether it is a generic wrapper around a root cause printed elsewhere, and
+whether it is noise. Read top to bottom: the first matching row wins.
+
+Families (`first_blocker.family`): device, oom, collective, compile, config, python, worker_death, scheduler, setup.
+"""
+
+from __future__ import annotations
+
+import re
+
+FAMILIES = ("device", "oom", "collective", "compile", "config", "python", "worker_death", "scheduler", "setup")
+
+# Which family names the root cause when several are present: the earliest error of the first family here.
+# A device fault explains the OOM-looking and collective errors it triggers on other ranks; a collective timeout
+# is usually the echo of a rank that failed for a more specific reason; worker deaths and scheduler kills are
+# consequences; a setup failure stops everything before Python starts, so it is alone anyway.
+SPECIFICITY = ("device", "oom", "compile", "config", "python", "collective", "worker_death", "scheduler", "setup")
+
+# Exception text ("Type: message", chained links included) -> family. First match wins; an exception that matches
+# no row is `python`.
+EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("oom", re.compile(
+        r"OutOfMemoryError|out of memory|No available memory for the cache blocks|KV cache is needed, which is "
+        r"larger than the available KV cache memory|larger than the maximum number of tokens that can be stored in"
+        r" KV cache|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|Insufficient memory|not enough memory", re.I)),
+    ("collective", re.compile(
+        r"NCCL|RCCL|ProcessGroupNCCL|ProcessGroupGloo|\bgloo\b|collective operation timeout|DistBackendError"
+        r"|DistNetworkError|DistStoreError|c10d|TCPStore|Connection closed by peer|Connection reset by peer"
+        r"|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|barrier timed out")),
+    ("device", re.compile(
+        r"HIP error|CUDA error|Cuda error|hipError\w+|cudaError\w+|illegal memory access|illegal instruction"
+        r"|[Dd]evice-side assert(?!ions\.)|HSA_STATUS_ERROR|Memory access fault|VMFault|no kernel image is available"
+        r"|invalid device function|misaligned address|unspecified launch failure|CUBLAS_STATUS_(?!SUCCESS)\w+"
+        r"|CUDNN_STATUS_(?!SUCCESS)\w+|rocblas_status_(?!success)\w+|hipblaslt error|AcceleratorError"
+        r"|CUDA driver error|GPU is lost|Xid \d+")),
+    ("compile", re.compile(
+        r"CompilationError|PassManager::run failed|torch\._dynamo|torch\._inductor|InductorError"
+        r"|BackendCompilerFailed|TorchRuntimeError|ptxas|\bnvcc\b|\bhipcc\b|Failed to find C compiler|LLVM ERROR"
+        r"|triton\.compiler|PTX codegen|hipModuleLoad|CUDA graph capture failed|MLIR")),
+    ("config", re.compile(
+        r"ValidationError|not supported|[Uu]nsupported|only supports?\b|does not support|is not valid"
+        r"|not a valid|[Ii]nvalid (?:value|choice|argument|configuration)|must be (?:one of|a |an |divisible|"
+        r"greater|less|positive|set)|is greater than|exceeds the|max_model_len|max_num_batched_tokens"
+        r"|Unknown (?:quantization|model|argument|architecture)|unrecognized arguments|ArgumentError"
+        r"|trust_remote_code|not found in the model|[Mm]odel architectures? .* (?:not|are not) supported"
+        r"|is_fa_version_supported|is not divisible by|no attention backend|Cannot find any of")),
+)
+
+# Lines outside any traceback that are errors on their own (C++/driver/runtime messages, watchdogs, deaths).
+# (family, kind, pattern); searched in the line's text after its prefixes.
+LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+    ("device", "gpu_memory_fault", re.compile(r"Memory access fault by GPU|VMFault")),
+    ("device", "hsa_error", re.compile(r"HSA_STATUS_ERROR\w*")),
+    ("device", "device_assert", re.compile(r"Device-side assert|[Dd]evice-side assertion .*failed")),
+    ("device", "device_error", re.compile(r"Failed: (?:Cuda|CUDA|HIP) error|CUDA driver error|GPU is lost")),
+    ("collective", "collective_timeout", re.compile(r"Watchdog caught collective operation timeout")),
+    ("collective", "collective_error", re.compile(r"ncclInternalError|ncclSystemError|ncclUnhandledCudaError"
+                                                  r"|NCCL error in:")),
+    ("worker_death", "worker_died", re.compile(r"died unexpectedly|\bpid \d+ died, exit code: -?\d+"
+                                               r"|killed due to memory pressure|Worker process .* died")),
+    ("setup", "setup_error", re.compile(r"Lmod has detected the following error|: command not found$")),
+)
+
+# The scheduler's own words in the log (slurmstepd): (kind, family, pattern). First match wins.
+STEPD_EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+    ("time_limit", "scheduler", re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT")),
+    ("preempted", "scheduler", re.compile(r"CANCELLED AT \S+ DUE TO PREEMPTION")),
+    ("node_fail", "scheduler", re.compile(r"DUE TO NODE FAILURE")),
+    ("oom_kill", "oom", re.compile(r"oom-kill event|Exceeded job memory limit|OUT_OF_MEMORY")),
+    ("cancelled", "scheduler", re.compile(r"CANCELLED AT")),
+)
+
+# Generic wrappers: they report that something failed elsewhere. Chosen as the first blocker only when nothing more
+# specific is in the log (a cut log may hold only the wrapper).
+WRAPPERS = re.compile(
+    r"Engine core initialization failed|EngineCore failed to start|Engine process failed to start"
+    r"|WorkerProc failed to start|Worker failed with error|check the stack trace above|See root cause above"
+    r"|See stack trace \(above\)|EngineDeadError|MQEngineDeadError|AsyncEngineDeadError|EngineGenerateError"
+    r"|RayTaskError|ActorDiedError|RaySystemError|ChildProcessError|Executor failed|Got fatal signal from worker"
+    r"|MQLLMEngine is already dead|Engine iteration timed out|CancelledError|Scheduler hit an exception"
+    r"|scheduler is dead|Received sigquit from a child process|EngineCore encountered a fatal error"
+    r"|^SystemExit|^KeyboardInterrupt|BrokenProcessPool|Call to collective_rpc method failed"
+    r"|failed with exit code|Subprocess .* (?:failed|died)"
+    # Timeouts of a process waiting on another: the echo of a hang or a death elsewhere.
+    r"|RPC call to \w+ timed out|^asyncio\.(?:exceptions\.)?TimeoutError$")
+
+# Tracebacks that are noise, by the line printed just above them or by their text (report §11).
+NOISE_BEFORE: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("usage_thread", re.compile(r"_report_usage_worker|usage_lib")),
+    ("shutdown", re.compile(r"^(?:Exception ignored in|Error in atexit)")),
+)
+NOISE_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("shutdown", re.compile(r"libcudart is not loaded")),
+    ("usage_thread", re.compile(r"_report_usage_worker")),
+)
+
+
+def exception_family(text: str) -> str:
+    """The family of an exception's text (`Type: message`, all chained links)."""
+    for family, pattern in EXCEPTION_FAMILIES:
+        if pattern.search(text):
+            return family
+    return "python"
+
+
+def is_wrapper(text: str) -> bool:
+    return bool(WRAPPERS.search(text))
+
+
+def line_error(text: str) -> tuple[str, str] | None:
+    """(family, kind) of a stand-alone error line, or None."""
+    for family, kind, pattern in LINE_ERRORS:
+        if pattern.search(text):
+            return family, kind
+    return None
+
+
+def rank(family: str | None) -> int:
+    return SPECIFICITY.index(family) if family in SPECIFICITY else len(SPECIFICITY)
