@@ -93,11 +93,11 @@ def _summary(log: Path, sacct: Path, job_id: str | None) -> SchedulerSummary:
 def judge_files(log: Path, sacct: Path | None = None, *, job_id: str | None = None, bos_id: int = 0,
                 max_repeat_run: int = 8, max_tokens: int | None = None, ignore_eos: bool | None = None,
                 requests: int | None = None) -> Verdict:
+    options = VerdictOptions(bos_id=bos_id, max_repeat_run=max_repeat_run, expected_tokens=max_tokens,
+                             ignore_eos=ignore_eos, expected_requests=requests)
     try:
-        facts = parse_file(str(log))
+        facts = parse_file(str(log), options)
     except OSError as exc:
         raise LogError(f"cannot read log {log}: {exc}") from None
     scheduler = _summary(log, sacct, job_id) if sacct is not None else None
-    options = VerdictOptions(bos_id=bos_id, max_repeat_run=max_repeat_run, expected_tokens=max_tokens,
-                             ignore_eos=ignore_eos, expected_requests=requests)
     return judge(facts, scheduler, options)

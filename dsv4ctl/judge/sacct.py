@@ -7,6 +7,7 @@ caller says which), job / `.batch` / `.extern` / numbered step rows, array ids (
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -82,27 +83,36 @@ def parse_elapsed(text: str) -> int | None:
     text = text.strip()
     if not text or text in ("INVALID", "Unknown"):
         return None
-    days = 0
+    if len(text) > 32:  # garbage, not a duration
+        return None
+    days = "0"
     if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
+        days, text = text.split("-", 1)
     parts = text.split(":")
+    if len(parts) > 3 or not days.isdigit():
+        return None
     try:
         values = [float(p) for p in parts]
     except ValueError:
         return None
+    if not all(math.isfinite(v) and v >= 0 for v in values):  # `nan`, `1e999`: unreadable, never a number
+        return None
     seconds = 0.0
     for value in values:
         seconds = seconds * 60 + value
-    return int(days * 86400 + seconds)
+    return int(int(days) * 86400 + seconds)
 
 
 def parse_rss(text: str) -> int | None:
     """MaxRSS (`65899600K`, `1.5G`, `1080K`, bytes without a unit) -> KiB."""
     m = _RSS.match(text.strip())
-    if not m:
+    if not m or len(m.group("n")) > 24:
         return None
-    return int(round(float(m.group("n")) * _UNITS[m.group("unit")]))
+    try:
+        kib = float(m.group("n")) * _UNITS[m.group("unit")]
+    except ValueError:  # `1.2.3K`
+        return None
+    return int(round(kib)) if math.isfinite(kib) else None
 
 
 def parse_exit_code(text: str) -> tuple[int | None, int | None]:
@@ -110,6 +120,8 @@ def parse_exit_code(text: str) -> tuple[int | None, int | None]:
     if not text:
         return None, None
     code, _, sig = text.partition(":")
+    if len(code) > 6 or len(sig) > 6:  # an exit code or signal number is small; longer is garbage
+        return None, None
     try:
         return int(code), int(sig) if sig else 0
     except ValueError:

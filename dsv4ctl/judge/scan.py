@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -41,7 +42,8 @@ MAX_DIAG_KEYS = 256
 MAX_STAGES = 256
 MAX_EVENTS = 200
 CAPTURE_IDLE_LINES = 200  # a capture whose process printed nothing for this many lines is closed
-LONG_LINE_SLACK = 1 << 16  # where to cut a too-long line: the last separator this close to CHUNK_SIZE
+LONG_LINE_SLACK = 1 << 16
+FAST_COUNT_BYTES = 64 << 20  # from this log size on, importing numpy (~50 ms) to count newlines pays off  # where to cut a too-long line: the last separator this close to CHUNK_SIZE
 
 # Anchors searched in the whole log, always.
 _ANCHORS: tuple[bytes, ...] = (
@@ -298,6 +300,7 @@ class LogParser:
         self._engine_ready = False
         self._current_request: RequestBlock | None = None
         self._current_overflow = False
+        self.fast_count = False  # count newlines with numpy (set for big inputs, where its import pays off)
 
     # -- options --
 
@@ -371,6 +374,7 @@ class LogParser:
         """Scan the complete lines in buf[:end]. Jumps from anchor hit to anchor hit unless a capture wants every
         line; line numbers come from counting the newlines jumped over."""
         hits = finder(self._engine_ready).find(buf, end)
+        newlines = _newline_counter(buf, end, self.fast_count)
         n_base = len(_ANCHORS)
         wrap = self._prefixes.wrap_width
         pos = hi = 0
@@ -390,11 +394,11 @@ class LogParser:
             while hi < len(hits) and (hits[hi][0] < pos or (self._engine_ready and hits[hi][1] >= n_base)):
                 hi += 1  # already read, or a start-up anchor after the engine is up
             if hi == len(hits):
-                self._line_no += buf.count(b"\n", pos, end)
+                self._line_no += newlines(pos, end)
                 return
             hit = hits[hi][0]
             start = buf.rfind(b"\n", pos, hit) + 1 or pos
-            self._line_no += buf.count(b"\n", pos, start)
+            self._line_no += newlines(pos, start)
             stop = buf.find(b"\n", hit, end)
             self._line(self._line_no, buf[start:stop], buf, start)
             self._line_no += 1
@@ -592,6 +596,7 @@ class LogParser:
             return False
         found = outputs.read_outputs(content)
         for printed in found:
+            self._finish_request()
             source = "generated_text" if "Generated text" in content else "request_output"
             request = RequestBlock(line=line_no, index=self.facts.request_count, output=printed.text, source=source)
             if printed.token_ids is not None:
@@ -671,6 +676,7 @@ class LogParser:
                 tally.examples.append(verdict)
 
     def _start_request(self, line_no: int, idx: str | None, value: str) -> None:
+        self._finish_request()
         index = int(idx) if idx else self.facts.request_count
         self._add_request(RequestBlock(line=line_no, index=index))
         self.set_field(self._current_request, "TOKEN_IDS", value)
@@ -746,6 +752,30 @@ class LogParser:
             facts.dropped["tracebacks"] = facts.dropped.get("tracebacks", 0) + 1
 
 
+def _newline_counter(buf: bytes, end: int, fast: bool):
+    """`count(a, b)`: newlines in buf[a:b]. bytes.count runs at ~2.5 GB/s, slower than the anchor search itself;
+    on big logs, numpy (when the venv has it) finds every newline of the chunk once, ~4x faster."""
+    if fast and end > (1 << 16):
+        np = _numpy()
+        if np is not None:
+            is_newline = np.frombuffer(buf, np.uint8, end) == 10
+            return lambda a, b: int(np.count_nonzero(is_newline[a:b]))
+    return lambda a, b: buf.count(b"\n", a, b)
+
+
+_NUMPY: list = []
+
+
+def _numpy():
+    if not _NUMPY:
+        try:
+            import numpy
+        except ImportError:
+            numpy = None
+        _NUMPY.append(numpy)
+    return _NUMPY[0]
+
+
 def _float(text: str) -> float | None:
     try:
         return float(text)
@@ -757,6 +787,10 @@ def parse_stream(stream: IO[bytes], chunk_size: int = CHUNK_SIZE, options: Verdi
     """Parse a binary stream with one reused buffer: `readinto`, scan the complete lines, keep the partial last
     line at the front. (Concatenating fresh 8 MiB chunks cost a third of the parse in page faults.)"""
     parser = LogParser(options)
+    try:
+        parser.fast_count = os.fstat(stream.fileno()).st_size > FAST_COUNT_BYTES
+    except (OSError, AttributeError, ValueError):  # not a file
+        pass
     buf = bytearray(chunk_size)
     filled = 0
     while True:
