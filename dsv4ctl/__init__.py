@@ -1,7 +1,7 @@
 """dsv4ctl: run, judge and compare DeepSeek V4 bring-up experiments on vLLM through Slurm.
 
-This package's top level stays import-light: the job-side runtime imports the verdict rules
-(`dsv4ctl.verdict`, `dsv4ctl.judge.scan`, `dsv4ctl.judge.sacct`) in a venv that has vLLM but none of
+This package's top level stays import-light: the job-side runtime imports the judge package
+(`dsv4ctl.judge`: the verdict rules, the scanner, sacct parsing) in a venv that has vLLM but none of
 the CLI's dependencies, so nothing here may import pydantic, typer, torch or numpy.
 """
 

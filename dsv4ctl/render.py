@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jinja2
 
+from .judge import markers
 from .paths import templates_dir
 from .spec import ExperimentSpec
 
@@ -82,6 +83,7 @@ def render_script(spec: ExperimentSpec, runtime_dir: str, token: str | None = No
         exports=exports(spec),
         python=env.python,
         probe=f"{runtime}/{PROBE_NAME}",
+        markers=markers,
     )
 
 

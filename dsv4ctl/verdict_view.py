@@ -8,14 +8,24 @@ from pathlib import Path
 from . import output
 from .judge.rules import Verdict
 
+MAX_ROWS = 40  # past this many requests, the table lists only the bad ones
 _STATUS_STYLE = {"coherent": "bold green", "degenerate": "bold yellow", "incomplete": "bold yellow"}
 
 
-def _context(log: Path, line: int, around: int = 3) -> list[tuple[int, str]]:
+def _context(log: Path, line: int, prefixes: list[str], around: int = 3) -> list[tuple[int, str]]:
+    """The lines around `line`, with the prefixes the log's transport added (docker, CI, journald...) taken off."""
+    import re
+
+    strip = [re.compile(p) for p in prefixes]
     start = max(1, line - around)
+    rows = []
     with open(log, "rb") as stream:
-        rows = islice(stream, start - 1, line + around)
-        return [(start + i, raw.decode("utf-8", "replace").rstrip("\r\n")) for i, raw in enumerate(rows)]
+        for i, raw in enumerate(islice(stream, start - 1, line + around)):
+            text = raw[:4096].decode("utf-8", "replace").rstrip("\r\n")
+            for pattern in strip:
+                text = pattern.sub("", text, count=1)
+            rows.append((start + i, text))
+    return rows
 
 
 def compact_ids(ids: list[int], bos_id: int, limit: int = 20) -> str:
@@ -47,9 +57,9 @@ def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
     if v.first_blocker:
         b = v.first_blocker
         output.text("")
-        output.markup(f"[bold]First blocker[/] (line {b.line}, {b.kind}"
+        output.markup(f"[bold]First blocker[/] (line {b.line}, " + (f"{b.family}: " if b.family else "") + f"{b.kind}"
                       + (f", {output.escape(b.process)}" if b.process else "") + ")")
-        for number, text in _context(log, b.line):
+        for number, text in _context(log, b.line, v.evidence.get("line_prefixes") or []):
             mark = ">" if number == b.line else " "
             text = text if len(text) <= 160 else text[:157] + "..."
             output.text(f"  {mark} {number:>6} | {text}", style="bold" if number == b.line else "dim")
@@ -58,10 +68,13 @@ def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
             for part in b.message.splitlines()[:20]:
                 output.text(f"    {part}")
     if v.requests:
+        shown = v.requests if len(v.requests) <= MAX_ROWS else [r for r in v.requests if r.problems][:MAX_ROWS]
+        judged = v.evidence.get("requests_judged", len(v.requests))
+        title = "Requests" if shown is v.requests else f"Requests: {len(shown)} bad shown of {judged} judged"
         output.text("")
-        output.table("Requests", ["#", "tokens", "finish", "BOS run", "repeat", "token ids", "problems"],
+        output.table(title, ["#", "tokens", "finish", "BOS run", "repeat", "token ids", "problems"],
                      [(r.index, r.n_tokens, r.finish_reason or "-", r.bos_run, r.max_repeat_run,
-                       compact_ids(r.token_ids, bos_id), "; ".join(r.problems) or "ok") for r in v.requests])
+                       compact_ids(r.token_ids, bos_id), "; ".join(r.problems) or "ok") for r in shown])
     ev = v.evidence
     facts = [f"{k}={ev[k]}" for k in ("expert_dtype", "moe_backend", "kv_format", "kv_cache_tokens",
                                        "model_load_gib") if ev.get(k) is not None]

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dsv4ctl.judge import markers  # dsv4rt's __init__ puts dsv4ctl on sys.path
+
 from . import faults
 
 EXIT_NOT_COHERENT = 2
@@ -26,7 +28,7 @@ def say(line: str = "") -> None:
 
 
 def stage(name: str) -> None:
-    say(f"### STAGE: {name}")
+    say(markers.stage_line(name))
 
 
 def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
@@ -127,19 +129,19 @@ def request_block(index: int, out: Any, tokenizer, bos_id: int, fault: str | Non
     ids = faults.corrupt_ids(fault, list(completion.token_ids), bos_id)
     decode = [tokenizer.decode([t], skip_special_tokens=False) for t in ids]
     text = completion.text if ids == list(completion.token_ids) else tokenizer.decode(ids, skip_special_tokens=True)
-    say(f"REQUEST: {index}")
-    say(f"TOKEN_IDS: {json.dumps(ids)}")
-    say(f"FINISH_REASON: {completion.finish_reason}")
-    say(f"TOKEN_DECODE: {decode!r}")
-    say(f"OUTPUT_REPR: {text!r}")
-    say(f"OUTPUT: {text}")
+    say(markers.request_line(index))
+    say(markers.field_line("TOKEN_IDS", json.dumps(ids)))
+    say(markers.field_line("FINISH_REASON", str(completion.finish_reason)))
+    say(markers.field_line("TOKEN_DECODE", repr(decode)))
+    say(markers.field_line("OUTPUT_REPR", repr(text)))
+    say(markers.field_line("OUTPUT", text))
     top: list[list[list[float]]] | None = None
     if completion.logprobs:
         top = [sorted(([int(t), float(lp.logprob)] for t, lp in step.items()), key=lambda p: -p[1])
                for step in completion.logprobs]
-        say(f"LOGPROBS: {json.dumps(top)}")
+        say(markers.field_line("LOGPROBS", json.dumps(top)))
         finite = all(lp == lp and abs(lp) != float("inf") for step in top for _, lp in step)
-        say(f"[DSV4_DIAG] output_logprobs_finite = {finite}")
+        say(markers.diag_line("output_logprobs_finite", finite))
     return ids, completion.finish_reason, top
 
 
@@ -168,14 +170,14 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     llm = LLM(**engine_kwargs(spec))
     engine_ready_s = time.perf_counter() - started
-    say(f"ENGINE_READY in {engine_ready_s:.1f}s")
+    say(markers.engine_ready_line(engine_ready_s))
     requests = batch_requests(spec)
     expect = spec["expect"]
-    say("DSV4_EXPECT: " + json.dumps({"max_tokens": spec["sampling"]["max_tokens"],
-                                      "ignore_eos": spec["sampling"]["ignore_eos"], "n_requests": len(requests),
-                                      "bos_id": expect["bos_id"], "max_repeat_run": expect["max_repeat_run"]}))
+    say(markers.dsv4_line("DSV4_EXPECT", {"max_tokens": spec["sampling"]["max_tokens"],
+                                          "ignore_eos": spec["sampling"]["ignore_eos"], "n_requests": len(requests),
+                                          "bos_id": expect["bos_id"], "max_repeat_run": expect["max_repeat_run"]}))
     if fault == "nan-hidden":
-        say(f"DSV4_FAULT: nan-hidden: {llm.apply_model(faults.nan_hook)}")
+        say(markers.dsv4_line("DSV4_FAULT", f"nan-hidden: {llm.apply_model(faults.nan_hook)}"))
     stage("generate")
     params = sampling_params(spec)
     throughput = spec.get("throughput") or {}
@@ -204,10 +206,11 @@ def main(argv: list[str]) -> int:
                "engine_ready_s": round(engine_ready_s, 3), "iterations": len(timings)}
     if len(timings) > 1:
         metrics["gen_s_all"] = [round(t, 6) for t in timings]
-    say("DSV4_METRICS: " + json.dumps(metrics))
+    say(markers.dsv4_line("DSV4_METRICS", metrics))
     options = options_for_spec(spec)
     verdict = judge(LogFacts(requests=blocks, metrics=metrics, py_exit=0), None, options)
-    say(f"DSV4_VERDICT: {verdict.status.upper()}" + (f" ({'; '.join(verdict.reasons)})" if verdict.reasons else ""))
+    say(markers.dsv4_line("DSV4_VERDICT", verdict.status.upper()
+                          + (f" ({'; '.join(verdict.reasons)})" if verdict.reasons else "")))
     if faults.force_exit0():
         return 0
     return 0 if verdict.status == "coherent" else EXIT_NOT_COHERENT
