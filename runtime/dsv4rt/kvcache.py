@@ -83,10 +83,18 @@ def write_fp8_ds_mla(k: torch.Tensor, cache: torch.Tensor, slots: torch.Tensor, 
     raw[block[:, None], scale_at] = scale
 
 
+def ue8m0_to_f32(byte: torch.Tensor) -> torch.Tensor:
+    """UE8M0 scale bytes -> 2**(byte - 127), exactly: the float32 whose exponent field is the byte (255 -> inf,
+    0 -> the subnormal 2**-127). torch.exp2 is approximate on CUDA (ex2.approx), off by an ulp at small scales."""
+    bits = byte.to(torch.int32) << 23
+    bits = torch.where(byte == 0, torch.full_like(bits, 1 << 22), bits)
+    return bits.view(torch.float32)
+
+
 def dequantize(data: torch.Tensor, scale: torch.Tensor, fnuz: bool = False) -> torch.Tensor:
     """(data bytes [n, 576], scale bytes [n, 8]) -> float32 [n, 512]; NoPE value i uses scale byte i // 64."""
     n = data.shape[0]
-    scales = torch.exp2(scale[:, :NOPE_DIM // GROUP].float() - 127.0)
+    scales = ue8m0_to_f32(scale[:, :NOPE_DIM // GROUP])
     nope = data[:, :NOPE_DIM].contiguous().view(fp8_dtype(fnuz)).float()
     nope = nope * scales.repeat_interleave(GROUP, dim=1)
     rope = data[:, NOPE_DIM:].contiguous().view(torch.bfloat16).float().reshape(n, ROPE_DIM)
