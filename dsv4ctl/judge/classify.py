@@ -37,14 +37,16 @@ EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("compile", re.compile(
         r"CompilationError|PassManager::run failed|torch\._dynamo|torch\._inductor|InductorError"
         r"|BackendCompilerFailed|TorchRuntimeError|ptxas|\bnvcc\b|\bhipcc\b|Failed to find C compiler|LLVM ERROR"
-        r"|triton\.compiler|PTX codegen|hipModuleLoad|CUDA graph capture failed|MLIR")),
+        r"|triton\.compiler|PTX codegen|hipModuleLoad|CUDA graph capture failed|MLIR"
+        r"|OutOfResources|out of resource: shared memory")),
     ("config", re.compile(
         r"ValidationError|not supported|[Uu]nsupported|only supports?\b|does not support|is not valid"
         r"|not a valid|[Ii]nvalid (?:value|choice|argument|configuration)|must be (?:one of|a |an |divisible|"
         r"greater|less|positive|set)|is greater than|exceeds the|max_model_len|max_num_batched_tokens"
         r"|Unknown (?:quantization|model|argument|architecture)|unrecognized arguments|ArgumentError"
         r"|trust_remote_code|not found in the model|[Mm]odel architectures? .* (?:not|are not) supported"
-        r"|is_fa_version_supported|is not divisible by|no attention backend|Cannot find any of")),
+        r"|is_fa_version_supported|is not divisible by|no attention backend|Cannot find any of"
+        r"|No adapter found|does not exist|No such file or directory|could not be found|was not found")),
 )
 
 # Lines outside any traceback that are errors on their own (C++/driver/runtime messages, watchdogs, deaths).
@@ -59,6 +61,7 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                                                   r"|NCCL error in:")),
     ("worker_death", "worker_died", re.compile(r"died unexpectedly|\bpid \d+ died, exit code: -?\d+"
                                                r"|killed due to memory pressure|Worker process .* died")),
+    ("worker_death", "fatal_check", re.compile(r"\bCheck failed: ")),  # a C++ process's fatal CHECK (glog, Ray)
     ("setup", "setup_error", re.compile(r"Lmod has detected the following error|: command not found$")),
 )
 

@@ -44,7 +44,7 @@ PROCESS = re.compile(r"^(?:\((?P<proc>[A-Za-z_][\w.\-]*(?: (?:rank=\d+|TP\d+|DP\
 LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL")
 _LOGGER = re.compile(
     r"^(?:(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?(?P<where>[\w./\-]+"
-    r"(?::\d+)?)\] "  # vLLM (new: [file.py:N]; old: file.py:N])
+    r"(?::\d+)?)\](?: |$)"  # vLLM (new: [file.py:N]; old: file.py:N]); an empty record ends at the bracket
     r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?(?P<sg_rank>(?: (?:TP|DP|EP|PP)\d+)*)\] "  # SGLang
     r"|\[?(?P<glevel>[IWEF])\d{3,4} \d\d:\d\d:\d\d\.\d+ +(?:\d+ )?(?P<gwhere>[\w.\-]+:\d+)\] ?)")  # glog / c10
 _GLOG_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}

@@ -51,7 +51,7 @@ _ANCHORS: tuple[bytes, ...] = (
     b"DSV4_SETUP_ERROR", b"DSV4_JOB", b"DSV4_FAULT", b"[DSV4_DIAG]",
     b"Traceback (most recent call last)", b"Error", b"Exception:",
     b"evice-side assert", b"Memory access fault", b"VMFault", b"HSA_STATUS_ERROR", b"CUDA error", b"Cuda error",
-    b"HIP error", b"Watchdog caught", b"NCCL error", b"slurmstepd", b" died", b"memory pressure",
+    b"HIP error", b"Watchdog caught", b"NCCL error", b"slurmstepd", b" died", b"memory pressure", b"Check failed",
     b"Lmod has detected", b"command not found",
     b"Generated text", b"CompletionOutput(", "begin▁of▁sentence｜><｜begin".encode(),
 )
