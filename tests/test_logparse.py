@@ -148,7 +148,7 @@ def test_constant_memory_caps_are_counted():
        fractions=st.lists(st.floats(0, 1), max_size=6))
 def test_stdlib_finder_and_accelerated_finder_agree(name, fractions):
     """The job venv parses with bytes.find alone; the CLI with ahocorasick-rs. Same log, same facts."""
-    from dsv4ctl.judge import scan as logparse
+    from dsv4ctl.judge import anchors as logparse
 
     data = (LOGS / f"{name}.log").read_bytes()
     cuts = [int(f * len(data)) for f in fractions]

@@ -34,8 +34,7 @@ from . import classify
 from .sacct import SchedulerSummary
 from .scan import LogFacts
 from .states import KILLED as KILLED_STATES
-from .tokens import (RequestBlock, RequestVerdict, VerdictOptions, bos_flags, close_by_logprobs,  # noqa: F401
-                     first_divergence, judge_request, longest_run, max_repeat)
+from .tokens import RequestVerdict, VerdictOptions, first_divergence, judge_request  # noqa: F401  (re-exported)
 
 STATUSES = ("device_error", "nonfinite", "crashed", "incomplete", "degenerate", "coherent")
 

@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .states import ACTIVE as ACTIVE_STATES, FINAL as FINAL_STATES, KILLED as KILLED_STATES, normalise
+from .states import FINAL as FINAL_STATES, normalise
 
 DEFAULT_COLUMNS = ("JobID", "JobName", "State", "ExitCode", "Elapsed", "MaxRSS", "Start", "End", "NodeList")
 SACCT_FORMAT = ",".join(DEFAULT_COLUMNS)

@@ -19,17 +19,18 @@ whole, as it streams).
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
-from dataclasses import dataclass, field
 from typing import IO, Any
 
 from . import classify, markers, outputs, prefixes
+from .anchors import ANCHORS, finder, newline_counter  # noqa: F401  (finder re-exported)
 from .captures import (DONE, MAX_CAPTURE_LINES, MORE, REJECT, Capture, ListCapture, RequestCapture, Traceback,
                        TracebackCapture)
-from .outputs import BOS_TEXT  # noqa: F401  (re-exported)
-from .tokens import RequestBlock, RequestVerdict, VerdictOptions, judge_request, parse_token_ids  # noqa: F401
+from .facts import Event, LogFacts
+from .tokens import RequestBlock, VerdictOptions, judge_request, parse_token_ids  # noqa: F401  (re-exported)
+from .values import (clean_line, is_nonfinite_value, json_object, parse_decode_list,  # noqa: F401  (re-exported)
+                     parse_scalar, safe_cut)
 
 CHUNK_SIZE = 1 << 20  # small enough to stay in cache across the read, the anchor pass and the line count
 HEAD_LINES = 256  # the first lines, read before anything else, teach the prefixes
@@ -42,26 +43,8 @@ MAX_DIAG_KEYS = 256
 MAX_STAGES = 256
 MAX_EVENTS = 200
 CAPTURE_IDLE_LINES = 200  # a capture whose process printed nothing for this many lines is closed
-LONG_LINE_SLACK = 1 << 16
-FAST_COUNT_BYTES = 64 << 20  # from this log size on, importing numpy (~50 ms) to count newlines pays off  # where to cut a too-long line: the last separator this close to CHUNK_SIZE
+FAST_COUNT_BYTES = 64 << 20  # from this log size on, importing numpy (~50 ms) to count newlines pays off
 
-# Anchors searched in the whole log, always.
-_ANCHORS: tuple[bytes, ...] = (
-    b"###", b"TOKEN_IDS", b"ENGINE_READY", b"PY_EXIT=", b"DSV4_METRICS", b"DSV4_EXPECT", b"DSV4_VERDICT",
-    b"DSV4_SETUP_ERROR", b"DSV4_JOB", b"DSV4_FAULT", b"[DSV4_DIAG]",
-    b"Traceback (most recent call last)", b"Error", b"Exception:",
-    b"evice-side assert", b"Memory access fault", b"VMFault", b"HSA_STATUS_ERROR", b"CUDA error", b"Cuda error",
-    b"HIP error", b"Watchdog caught", b"NCCL error", b"slurmstepd", b" died", b"memory pressure", b"Check failed",
-    b"Lmod has detected", b"command not found",
-    b"Generated text", b"CompletionOutput(", "begin▁of▁sentence｜><｜begin".encode(),
-)
-# Anchors of vLLM's engine-start lines: dropped once the engine is ready, they never occur during generation.
-_ENGINE_ANCHORS: tuple[bytes, ...] = (
-    b"Model loading took", b"KV cache", b"init engine (", b"expert_dtype", b"MoE backend", b"indexer cache",
-)
-_ALL_ANCHORS = _ANCHORS + _ENGINE_ANCHORS
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _ORPHAN_EXCEPTION = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure))"
                                r"(?::\s?(?P<msg>.*))?$")
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "WARN"})
@@ -76,211 +59,6 @@ _EXPECT_TYPES: dict[str, tuple[type, int, int]] = {  # DSV4_EXPECT key -> (type,
     "max_tokens": (int, 1, 10**8), "n_requests": (int, 0, 10**9), "bos_id": (int, 0, 2**40),
     "max_repeat_run": (int, 1, 10**9), "ignore_eos": (bool, 0, 1),
 }
-
-
-@dataclass
-class Event:
-    line: int
-    kind: str
-    text: str
-    process: str | None = None
-    family: str | None = None
-    evidence: list[str] = field(default_factory=list)
-
-
-@dataclass
-class RequestTally:
-    """Requests past MAX_REQUESTS: judged one by one as they completed, kept only as counts and examples."""
-
-    judged: int = 0
-    bad: int = 0
-    examples: list[RequestVerdict] = field(default_factory=list)
-
-
-@dataclass
-class LogFacts:
-    stages: list[tuple[int, str]] = field(default_factory=list)
-    last_stage: tuple[int, str] | None = None  # kept even when `stages` is capped
-    engine_ready_s: float | None = None
-    init_engine_s: float | None = None
-    model_load_gib: float | None = None
-    model_load_s: float | None = None
-    kv_cache_tokens: int | None = None
-    expert_dtype: str | None = None
-    moe_backend: str | None = None
-    kv_format: str | None = None
-    indexer_cache: str | None = None
-    requests: list[RequestBlock] = field(default_factory=list)
-    overflow: RequestTally = field(default_factory=RequestTally)
-    probe_verdict: str | None = None
-    probe_verdict_line: int | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)
-    metrics_line: int | None = None
-    expect: dict[str, Any] = field(default_factory=dict)
-    py_exit: int | None = None
-    py_exit_line: int | None = None
-    job_id: str | None = None  # from the DSV4_JOB line
-    setup_errors: list[Event] = field(default_factory=list)
-    diag_counts: dict[str, int] = field(default_factory=dict)
-    diag_last: dict[str, str] = field(default_factory=dict)  # "proc:key" -> last value
-    nonfinite: list[Event] = field(default_factory=list)
-    tracebacks: list[Traceback] = field(default_factory=list)
-    line_errors: list[Event] = field(default_factory=list)  # device/collective/death lines outside tracebacks
-    orphan_exceptions: list[Event] = field(default_factory=list)  # `Type: message` lines outside any traceback
-    scheduler_events: list[Event] = field(default_factory=list)
-    unreadable: list[Event] = field(default_factory=list)  # marker lines that could not be read: never a pass
-    noise: list[Event] = field(default_factory=list)
-    dropped: dict[str, int] = field(default_factory=dict)  # records past a cap: counted, not kept
-    lines: int = 0
-    ends_mid_line: bool = False
-    prefixes: list[str] = field(default_factory=list)  # the outer line prefixes learned (regex text)
-    wrap_width: int | None = None
-
-    @property
-    def results_line(self) -> int | None:
-        """The line where the run's results were complete: probe verdict, else metrics."""
-        return self.probe_verdict_line or self.metrics_line
-
-    @property
-    def device_errors(self) -> list[Event]:
-        return [e for e in self.line_errors if e.family == "device"]
-
-    @property
-    def worker_deaths(self) -> list[Event]:
-        return [e for e in self.line_errors if e.family == "worker_death"]
-
-    @property
-    def request_count(self) -> int:
-        return len(self.requests) + self.overflow.judged
-
-
-# ---- anchor finders -------------------------------------------------------------------------------------------------
-
-
-class _PythonFinder:
-    """Every anchor occurrence by `bytes.find`, one pass per anchor: stdlib only (the job venv)."""
-
-    def __init__(self, anchors: tuple[bytes, ...]) -> None:
-        self.anchors = anchors
-
-    def find(self, buf: bytes, end: int) -> list[tuple[int, int]]:
-        hits = []
-        for index, anchor in enumerate(self.anchors):
-            at = buf.find(anchor, 0, end)
-            while at >= 0:
-                hits.append((at, index))
-                at = buf.find(anchor, at + 1, end)
-        hits.sort()
-        return hits
-
-
-class _AhoCorasickFinder:
-    """All anchors in one SIMD-prefiltered pass (ahocorasick-rs, leftmost-first: several GB/s). Overlapping
-    occurrences are reported once, which is all the line-level scan needs."""
-
-    def __init__(self, anchors: tuple[bytes, ...]) -> None:
-        import ahocorasick_rs
-
-        self.automaton = ahocorasick_rs.BytesAhoCorasick(list(anchors),
-                                                         matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST)
-
-    def find(self, buf: bytes, end: int) -> list[tuple[int, int]]:
-        view = memoryview(buf)[:end]
-        try:
-            return [(start, index) for index, start, _ in self.automaton.find_matches_as_indexes(view)]
-        finally:
-            view.release()
-
-
-_FINDERS: dict[tuple[bool, bool], _PythonFinder | _AhoCorasickFinder] = {}
-USE_ACCELERATOR = True
-
-
-def finder(engine_ready: bool) -> _PythonFinder | _AhoCorasickFinder:
-    """The anchor finder for the current phase: start-up anchors are only wanted until the engine is ready."""
-    key = (engine_ready, USE_ACCELERATOR)
-    if key not in _FINDERS:
-        anchors = _ANCHORS if engine_ready else _ALL_ANCHORS
-        made: _PythonFinder | _AhoCorasickFinder = _PythonFinder(anchors)
-        if USE_ACCELERATOR:
-            try:
-                made = _AhoCorasickFinder(anchors)
-            except ImportError:  # the job venv has no accelerator: same hits, slower
-                pass
-        _FINDERS[key] = made
-    return _FINDERS[key]
-
-
-# ---- value parsing ------------------------------------------------------------------------------------------------
-
-
-def parse_decode_list(text: str) -> list[str]:
-    """Parse a TOKEN_DECODE list; bare names like BOS (hand-written logs) are kept as their text."""
-    import ast
-
-    if len(text) < (1 << 20):
-        try:
-            value = ast.literal_eval(text.strip())
-            if isinstance(value, (list, tuple)):
-                return [str(v) for v in value]
-        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
-            pass
-    items = re.findall(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"|([^,\[\]\s][^,\[\]]*)", text)
-    return [a or b or c.strip() for a, b, c in items if (a or b or c.strip())]
-
-
-def parse_scalar(text: str) -> Any:
-    text = text.strip()
-    if text in ("True", "False", "true", "false"):
-        return text in ("True", "true")
-    if len(text) <= 40:
-        try:
-            return int(text)
-        except ValueError:
-            pass
-        try:
-            return float(text)
-        except ValueError:
-            pass
-    return text
-
-
-def is_nonfinite_value(value: Any) -> bool:
-    if isinstance(value, float):
-        return math.isnan(value) or math.isinf(value)
-    if isinstance(value, str):
-        return bool(re.search(r"(?<![A-Za-z])(nan|inf)(?![A-Za-z])", value[:1000], re.IGNORECASE))
-    return False
-
-
-def _json_object(text: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):  # ValueError covers ints past Python's 4300-digit limit
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def clean_line(raw: bytes) -> str:
-    """A physical line as text: CR and colour codes removed; `\\r`-joined progress frames keep their last frame
-    unless an earlier frame carries more (a marker printed before a progress bar redraws over it)."""
-    text = raw.decode("utf-8", errors="replace")
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)
-    if "\r" in text:
-        frames = [f for f in text.split("\r") if f.strip()]
-        text = frames[-1] if len(frames) == 1 else "\r".join(frames)
-    return text.rstrip()
-
-
-def _safe_cut(buf: bytes, limit: int) -> int:
-    """Where to cut a line longer than `limit`: after the last separator near the limit, so that ids and words
-    stay whole."""
-    for sep in (b",", b"\r", b" "):
-        at = buf.rfind(sep, limit - LONG_LINE_SLACK, limit)
-        if at > 0:
-            return at + 1
-    return limit
 
 
 # ---- the parser -----------------------------------------------------------------------------------------------------
@@ -323,7 +101,7 @@ class LogParser:
         if cut == 0:
             self._carry = buf
             while len(self._carry) > CHUNK_SIZE:  # one huge line: read it in pieces, all on the same line number
-                piece = _safe_cut(self._carry, CHUNK_SIZE)
+                piece = safe_cut(self._carry, CHUNK_SIZE)
                 self._scan_piece(self._carry[:piece])
                 self._carry = self._carry[piece:]
             return
@@ -374,8 +152,8 @@ class LogParser:
         """Scan the complete lines in buf[:end]. Jumps from anchor hit to anchor hit unless a capture wants every
         line; line numbers come from counting the newlines jumped over."""
         hits = finder(self._engine_ready).find(buf, end)
-        newlines = _newline_counter(buf, end, self.fast_count)
-        n_base = len(_ANCHORS)
+        newlines = newline_counter(buf, end, self.fast_count)
+        n_base = len(ANCHORS)
         wrap = self._prefixes.wrap_width
         pos = hi = 0
         while pos < end:
@@ -556,7 +334,7 @@ class LogParser:
         if key == "DSV4_VERDICT":
             facts.probe_verdict, facts.probe_verdict_line = (value.split()[0][:40] if value else ""), line_no
         elif key == "DSV4_METRICS":
-            obj = _json_object(value)
+            obj = json_object(value)
             if obj is None:
                 self._unreadable(line_no, "metrics", content)
                 return True
@@ -576,7 +354,7 @@ class LogParser:
         return True
 
     def _expect(self, line_no: int, value: str, content: str) -> None:
-        obj = _json_object(value)
+        obj = json_object(value)
         if obj is None:
             self._unreadable(line_no, "expect", content)
             return
@@ -750,30 +528,6 @@ class LogParser:
             facts.tracebacks.append(tb)
         else:
             facts.dropped["tracebacks"] = facts.dropped.get("tracebacks", 0) + 1
-
-
-def _newline_counter(buf: bytes, end: int, fast: bool):
-    """`count(a, b)`: newlines in buf[a:b]. bytes.count runs at ~2.5 GB/s, slower than the anchor search itself;
-    on big logs, numpy (when the venv has it) finds every newline of the chunk once, ~4x faster."""
-    if fast and end > (1 << 16):
-        np = _numpy()
-        if np is not None:
-            is_newline = np.frombuffer(buf, np.uint8, end) == 10
-            return lambda a, b: int(np.count_nonzero(is_newline[a:b]))
-    return lambda a, b: buf.count(b"\n", a, b)
-
-
-_NUMPY: list = []
-
-
-def _numpy():
-    if not _NUMPY:
-        try:
-            import numpy
-        except ImportError:
-            numpy = None
-        _NUMPY.append(numpy)
-    return _NUMPY[0]
 
 
 def _float(text: str) -> float | None:
