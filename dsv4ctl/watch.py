@@ -12,8 +12,9 @@ from pathlib import Path
 from .campaign import reconcile
 from .judge.scan import parse_file
 from .judge.sacct import SchedulerSummary
+from .judge.states import PAUSED, normalise
 from .scheduler import JobRef, JobStatus, get_scheduler
-from .store import SUBMITTING, RunRow, Store
+from .store import SUBMITTING, RunRow, Store, StoreError
 from .judge.rules import Verdict, judge, options_for_spec
 
 SETTLE_GRACE_S = 15  # sacct fills step rows in a few seconds after the job row turns final
@@ -25,6 +26,7 @@ class PollReport:
     judged: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     in_flight: int = 0
+    waiting: list[RunRow] = field(default_factory=list)  # the runs still followed after this poll
 
 
 def summary_of(status: JobStatus) -> SchedulerSummary:
@@ -54,9 +56,50 @@ def _age_s(stamp: str | None) -> float:
     return (datetime.now(timezone.utc) - then).total_seconds()
 
 
-def poll_once(store: Store) -> PollReport:
+HELD_REASONS = ("JobHeldUser", "JobHeldAdmin", "job requeued in held state")  # squeue's reasons for a held job
+
+
+def is_paused(state: str, detail: str | None = None) -> bool:
+    """A job that will not move until someone acts: stopped, suspended, or pending because it is held."""
+    return normalise(state) in PAUSED or (normalise(state) == "PENDING" and (detail or "") in HELD_REASONS)
+
+
+def waiting_on(rows: list[RunRow], judged: set[int], limit: int = 8) -> str:
+    """One line of progress: which runs a wait still follows and in what state, paused states named as such
+    (held, stopped, suspended: they will not move until someone acts)."""
+    left = [r for r in rows if r.id not in judged]
+    if not left:
+        return "nothing left to wait on"
+    shown = ", ".join(f"run {r.id} {r.state}" for r in left[:limit]) + (f" (+{len(left) - limit} more)"
+                                                                           if len(left) > limit else "")
+    line = f"waiting on {len(left)} run(s): {shown}"
+    paused = [r for r in left if is_paused(r.state, r.data.get("state_detail"))]
+    if paused:
+        line += " · paused until someone releases or resumes them: " + ", ".join(
+            f"run {r.id} {r.state}" + (f" ({r.data['state_detail']})" if r.data.get("state_detail") else "")
+            + (f" job {r.job_id}" if r.job_id else "") for r in paused)
+    return line
+
+
+def _judge_safely(store: Store, row: RunRow, status: JobStatus, report: PollReport) -> None:
+    """Judge one run; if judging raises (a log the scanner chokes on, a bug), record that on the run and go on:
+    one bad log must not stop `status` or a watch for every other run."""
+    try:
+        judge_run(store, store.find_run(str(row.id)), status)
+    except StoreError:
+        raise  # the database itself failed: nothing else can be recorded either
+    except Exception as exc:  # noqa: BLE001 - any judging failure is this run's, recorded and reported
+        message = f"{type(exc).__name__}: {exc}"[:500]
+        store.update_run(row.id, judge_error=message)
+        report.notes.append(f"run {row.id}: judging failed ({message}); recorded on the run")
+        return
+    report.judged.append(row.id)
+
+
+def poll_once(store: Store, run_ids: list[int] | None = None) -> PollReport:
+    """One poll of the runs in flight (only among `run_ids` when given): states recorded, settled jobs judged."""
     report = PollReport()
-    rows = store.runs_in_flight()
+    rows = store.runs_in_flight(run_ids)
     by_backend: dict[str, list[RunRow]] = {}
     for row in rows:
         by_backend.setdefault(row.backend, []).append(row)
@@ -85,24 +128,26 @@ def poll_once(store: Store) -> PollReport:
                 store.update_run(row.id, **fields)
                 report.changed.append(row.id)
             if status.is_final and (status.settled or (seen_before and _age_s(row.updated_at) >= SETTLE_GRACE_S)):
-                judge_run(store, store.find_run(str(row.id)), status)
-                report.judged.append(row.id)
-    report.in_flight = len(store.runs_in_flight())
+                _judge_safely(store, row, status, report)
+    report.waiting = store.runs_in_flight(run_ids)
+    report.in_flight = len(report.waiting)
     return report
 
 
-def watch(store: Store, on_round=None, interval_s: float = 2.0, max_interval_s: float = 30.0,
-          timeout_s: float | None = None) -> PollReport:
-    """Poll until nothing is in flight. Backs off while nothing changes; calls on_round(report) each round."""
+def watch(store: Store, run_ids: list[int] | None = None, on_round=None, interval_s: float = 2.0,
+          max_interval_s: float = 30.0, timeout_s: float | None = None) -> PollReport:
+    """Poll until none of `run_ids` (default: every run in the store) is in flight. Backs off while nothing
+    changes; calls on_round(report) each round."""
     started = time.monotonic()
     delay = interval_s
     total = PollReport()
     while True:
-        report = poll_once(store)
+        report = poll_once(store, run_ids)
         total.changed += report.changed
         total.judged += report.judged
         total.notes += [n for n in report.notes if n not in total.notes]
         total.in_flight = report.in_flight
+        total.waiting = report.waiting
         if on_round:
             on_round(report)
         if report.in_flight == 0:

@@ -25,6 +25,7 @@ def _split(job_id: str) -> tuple[str, str | None]:
 
 class SlurmScheduler:
     name = "slurm"
+    submit_grace_s = 300.0  # longer than sbatch's retries (3 tries, 60 s time-outs, backoff)
 
     def submit(self, script: Path, run_dir: Path, token: str, job_name: str,
                array_size: int | None = None) -> str:
@@ -75,9 +76,12 @@ class SlurmScheduler:
                 # sacct lags: the batch step's exit and MaxRSS arrive seconds after the job row turns final.
                 settled=summary.is_final and batch is not None and batch.is_final,
                 sacct_text="\n".join("|".join(_row_fields(r)) for r in rows))
-        missing = [j for j in jobs if j.job_id not in statuses]
-        if missing:
-            statuses.update(self._from_squeue(missing))
+        # sacct does not know jobs submitted a moment ago, and its live states lag (a job stopped with SIGSTOP reads
+        # RUNNING there): one squeue call for those jobs says what slurmctld sees now, with the pending reason.
+        live = [j for j in jobs if j.job_id not in statuses or not statuses[j.job_id].is_final]
+        if live:
+            for job_id, queued in self._from_squeue(live).items():
+                statuses[job_id] = _merge(statuses.get(job_id), queued)
         return statuses, notes
 
     def _from_squeue(self, jobs: list[JobRef]) -> dict[str, JobStatus]:
@@ -119,7 +123,7 @@ class SlurmScheduler:
         result = external.run(["scancel", *[j.job_id for j in jobs]], timeout=60)
         return [] if result.ok else [f"scancel: {result.message}"]
 
-    def find_token(self, token: str, job_name: str) -> str | None:
+    def find_token(self, token: str, job_name: str, run_dir: Path | None = None) -> str | None:
         """The job an interrupted submit created, found by its unique job name."""
         result = external.run(["squeue", "-h", "--name", job_name, "-o", "%F"], timeout=60)
         if result.ok and result.stdout.strip():
@@ -129,6 +133,17 @@ class SlurmScheduler:
         if result.ok and result.stdout.strip():
             return _split(result.stdout.split()[0])[0]
         return None
+
+
+def _merge(accounted: JobStatus | None, queued: JobStatus) -> JobStatus:
+    """sacct's record with squeue's live state and reason where squeue knows the job and it is not final yet."""
+    if accounted is None:
+        return queued
+    if queued.source == "none" or queued.state in FINAL:
+        return accounted
+    accounted.state, accounted.state_detail = queued.state, queued.state_detail or accounted.state_detail
+    accounted.node = accounted.node or queued.node
+    return accounted
 
 
 def _row_fields(record) -> list[str]:
