@@ -1,9 +1,14 @@
-"""Campaigns: every `submit` plans all its runs in the store first, then submits them one by one.
+"""Campaigns: every `submit` records its whole plan in the store first, then submits the runs one group at a time.
 
-Crash safety: a run is PLANNED (recorded) before its files are written, SUBMITTING (with a unique token that is
-also in the job name) right before sbatch, and PENDING with its job id right after. A CLI killed between sbatch and
-that last write leaves a SUBMITTING run that `status` finds again by its token; runs never reached stay PLANNED
-and `resume` submits them, and nothing else.
+Crash safety: the campaign and all its runs, each with a directory of its own (the run id is in its name), are
+recorded in one transaction before any file is written or anything submitted: a CLI killed while planning leaves
+nothing behind. Then every run's spec.json is written (a read-only or full runs directory stops here, with the
+runs PLANNED). Each group of runs is then *claimed* (PLANNED -> SUBMITTING with a fresh token, in one transaction,
+only if nobody changed it since it was read, so two `resume`s or a `resume` beside a `submit` never submit one run
+twice), its job.sh written, submitted, and recorded PENDING with its job id. A CLI killed between sbatch and that
+last write leaves a SUBMITTING run that `status` and `resume` find again by its token (in the job name); runs never
+reached stay PLANNED and `resume` submits them, and nothing else. `campaigns.submitted_at` is set when the loop
+ends: until then the campaign is resumable.
 """
 
 from __future__ import annotations
@@ -24,11 +29,16 @@ from .render import RAW_LOG_NAME, SCRIPT_NAME, SNAPSHOT_NAME, render_script, sna
 from .scheduler import Scheduler, SubmitError, get_scheduler, resolve_backend
 from .spec import ExperimentSpec
 from .specload import LoadedSpec, load_spec
-from .store import PLANNED, SUBMIT_FAILED, SUBMITTING, RunRow, Store, now
+from .judge.states import FINAL
+from .store import PLANNED, SUBMIT_FAILED, SUBMITTING, RunRow, Store, StoreError, now
 
 SUBMIT_RETRIES = 3
 SUBMIT_BACKOFF_S = 2.0
 FAULT_ENV = "DSV4CTL_FAULT"  # tests only: "crash-after-submit[:N]" kills the CLI right after the N-th sbatch
+
+
+class RunsDirError(Dsv4Error):
+    """The runs directory cannot be written (read-only, full, not a folder)."""
 
 
 @dataclass
@@ -79,6 +89,49 @@ def _campaign_name(runs: list[PlannedRun]) -> str:
     return f"{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
+# ---- where runs go ----------------------------------------------------------------------------------------------
+
+
+def _run_dir_name(run_id: int, repeat: int) -> str:
+    return f"r{repeat}-run{run_id}"
+
+
+def _inside(root: Path, path: Path, what: str) -> Path:
+    """`path`, resolved, if it stays strictly inside `root`; a name like `../x` is refused."""
+    resolved = path.resolve()
+    if resolved == root or not resolved.is_relative_to(root):
+        raise Dsv4Error(f"{what} would put runs at {resolved}, outside the runs directory {root}: use a plain name")
+    return resolved
+
+
+def campaign_dir(runs_root: Path, name: str) -> Path:
+    """runs/<campaign>/, created; refused when the name leaves the runs directory or the folder cannot be made."""
+    root = Path(runs_root).resolve()
+    path = _inside(root, root / name, f"campaign name {name!r}")
+    _write(lambda: path.mkdir(parents=True, exist_ok=True), path)
+    return path
+
+
+def _write(action, where: Path) -> None:
+    try:
+        action()
+    except OSError as exc:
+        failed = exc.filename or where
+        raise RunsDirError(f"{failed}: cannot write the runs directory ({exc.strerror or exc}); "
+                           "nothing more was submitted") from None
+
+
+def _check_distinct(dirs: list[str]) -> None:
+    seen: set[str] = set()
+    for run_dir in dirs:
+        if run_dir in seen:
+            raise Dsv4Error(f"two runs would share the directory {run_dir}: refusing to plan them")
+        seen.add(run_dir)
+
+
+# ---- plan and submit --------------------------------------------------------------------------------------------
+
+
 def submit(store: Store, spec_paths: list[Path], backend: str = "auto", *, repeats: int | None = None,
            campaign: str | None = None, runs_root: Path = Path("runs"), array: bool = True,
            command: str = "", pairs: list[tuple[int, str]] | None = None,
@@ -88,33 +141,77 @@ def submit(store: Store, spec_paths: list[Path], backend: str = "auto", *, repea
     scheduler = get_scheduler(backend)
     runs = planned if planned is not None else plan(spec_paths, repeats)
     name = campaign or _campaign_name(runs)
-    campaign_id = store.create_campaign(name, backend, command)
-    provenance = {"git_sha": external.git_sha(project_root()), "dsv4ctl_version": __version__}
-    outcome = SubmitOutcome(name)
-    groups: dict[tuple[str, str], list[int]] = {}
-    for index, run in enumerate(runs):
-        spec = run.spec
-        snapshot = snapshot_text(spec)
-        experiment_id = store.experiment_id(spec.name, spec.spec_hash(), snapshot, str(run.source))
-        use_array = array and backend == "slurm" and run.of > 1 and pairs is None
-        group = f"{spec.name}:{spec.spec_hash()}" if use_array else f"single:{index}"
-        point_dir = Path(runs_root) / name / spec.name
-        run_dir = point_dir / (f"task-{run.repeat}" if use_array else f"r{run.repeat}")
-        pair_id, side = pairs[index] if pairs else (None, None)
-        run_id = store.add_run(
-            campaign_id=campaign_id, experiment_id=experiment_id, point_json=json.dumps(run.point),
-            point_label=",".join(f"{k}={v}" for k, v in run.point.items()), repeat_index=run.repeat,
-            pair_id=pair_id, side=side, backend=backend, token=secrets.token_hex(6), state=PLANNED,
-            run_dir=str(run_dir.resolve()), log_path=str((run_dir / RAW_LOG_NAME).resolve()),
-            script_path=str(((point_dir if use_array else run_dir) / SCRIPT_NAME).resolve()),
-            switches_json=json.dumps(spec.resolved_switches()), tags=",".join(spec.tags), ingested=0,
-            **provenance)
-        outcome.run_ids.append(run_id)
-        groups.setdefault((group, str(point_dir)), []).append(run_id)
-    for (group, _), run_ids in groups.items():
+    root = campaign_dir(runs_root, name)  # a read-only runs directory stops here, before anything is recorded
+    campaign_id, groups = record_plan(store, name, backend, command, runs, root, array=array, pairs=pairs)
+    outcome = SubmitOutcome(name, run_ids=[run_id for group in groups for run_id in group])
+    write_snapshots(store, store.runs_by_ids(outcome.run_ids))
+    for run_ids in groups:
         rows = store.runs_by_ids(run_ids)
-        submit_rows(store, scheduler, rows, array=not group.startswith("single:"), outcome=outcome)
+        submit_rows(store, scheduler, rows, array=Path(rows[0].script_path).parent != Path(rows[0].run_dir),
+                    outcome=outcome)
+    store.mark_submitted(campaign_id)
     return outcome
+
+
+def record_plan(store: Store, name: str, backend: str, command: str, runs: list[PlannedRun], root: Path, *,
+                array: bool, pairs: list[tuple[int, str]] | None) -> tuple[int, list[list[int]]]:
+    """The campaign and every run with its own directory, in one transaction; returns the submission groups
+    (one Slurm array for the repeats of a point, else one run each)."""
+    provenance = {"git_sha": external.git_sha(project_root()), "dsv4ctl_version": __version__}
+    groups: dict[str, list[tuple[int, PlannedRun]]] = {}
+    with store.transaction():
+        campaign_id = store.create_campaign(name, backend, command, planned_runs=len(runs))
+        for index, run in enumerate(runs):
+            spec = run.spec
+            experiment_id = store.experiment_id(spec.name, spec.spec_hash(), snapshot_text(spec), str(run.source))
+            use_array = array and backend == "slurm" and run.of > 1 and pairs is None
+            pair_id, side = pairs[index] if pairs else (None, None)
+            run_id = store.add_run(
+                campaign_id=campaign_id, experiment_id=experiment_id, point_json=json.dumps(run.point),
+                point_label=",".join(f"{k}={v}" for k, v in run.point.items()), repeat_index=run.repeat,
+                pair_id=pair_id, side=side, backend=backend, token=secrets.token_hex(6), state=PLANNED,
+                switches_json=json.dumps(spec.resolved_switches()), tags=",".join(spec.tags), ingested=0,
+                **provenance)
+            key = f"{spec.name}:{spec.spec_hash()}" if use_array else f"single:{index}"
+            groups.setdefault(key, []).append((run_id, run))
+        dirs = [_place(store, root, members, array=not key.startswith("single:")) for key, members in groups.items()]
+        _check_distinct([d for group in dirs for d in group])
+    return campaign_id, [[run_id for run_id, _ in members] for members in groups.values()]
+
+
+def _place(store: Store, root: Path, members: list[tuple[int, PlannedRun]], *, array: bool) -> list[str]:
+    """Give each run of a group its directory: r<N>-run<id>/ alone, or task-<i>/ beside one array's job.sh."""
+    first_id, first = members[0]
+    point_dir = _inside(root, root / first.spec.name, f"experiment name {first.spec.name!r}")
+    if array:
+        point_dir = point_dir / f"array-run{first_id}"
+    placed = []
+    for i, (run_id, run) in enumerate(members):
+        run_dir = point_dir / (f"task-{i}" if array else _run_dir_name(run_id, run.repeat))
+        script = (point_dir if array else run_dir) / SCRIPT_NAME
+        store.update_run(run_id, run_dir=str(run_dir), log_path=str(run_dir / RAW_LOG_NAME),
+                         script_path=str(script))
+        placed.append(str(run_dir))
+    return placed
+
+
+def write_snapshots(store: Store, rows: list[RunRow]) -> None:
+    """Each run's directory and spec.json, before anything is submitted: a read-only or full runs directory
+    fails here in one line, with every run still PLANNED (resumable once the disk is fixed)."""
+    for row in rows:
+        run_dir = Path(row.run_dir)
+        snapshot = store.spec_json(row.experiment_id)
+        _write(lambda: run_dir.mkdir(parents=True, exist_ok=True), run_dir)
+        _write(lambda: _replace_text(run_dir / SNAPSHOT_NAME, snapshot), run_dir)
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write a file whole or not at all: a job of a concurrent submission may be reading it."""
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _spec_of(store: Store, row: RunRow) -> ExperimentSpec:
@@ -131,35 +228,45 @@ def _fault_after_submit() -> None:
 
 
 def submit_rows(store: Store, scheduler: Scheduler, rows: list[RunRow], *, array: bool,
-                outcome: SubmitOutcome) -> None:
-    """Write the files of these runs and submit them: one job, or one Slurm array for a group of repeats."""
-    spec = _spec_of(store, rows[0])
-    runtime = str(runtime_dir())
-    script = Path(rows[0].script_path)
-    script.parent.mkdir(parents=True, exist_ok=True)
-    group_token = rows[0].token
+                outcome: SubmitOutcome) -> bool:
+    """Claim these runs and submit them: one job, or one Slurm array for a group of repeats. False when another
+    process claimed them first (it submits them, not us)."""
+    if any(row.state not in (PLANNED, SUBMIT_FAILED) and row.state not in FINAL for row in rows):
+        return False  # submitted meanwhile (in flight): never a second job for it
+    group_token = secrets.token_hex(6)
     tokens = [f"{group_token}-{i}" for i in range(len(rows))] if array else [group_token]
-    for row, token in zip(rows, tokens):
-        run_dir = Path(row.run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / SNAPSHOT_NAME).write_text(snapshot_text(spec), encoding="utf-8")
-        store.update_run(row.id, token=token, state=SUBMITTING, submitted_at=now())
-    script.write_text(render_script(spec, runtime, token=group_token, array=array), encoding="utf-8")
-    script.chmod(0o755)
+    if not store.claim_runs([(row.id, row.state, row.token, token) for row, token in zip(rows, tokens)]):
+        return False
+    spec = _spec_of(store, rows[0])
+    script = Path(rows[0].script_path)
+    try:
+        _write(lambda: _write_script(script, spec, group_token, array), script.parent)
+    except RunsDirError:
+        for row, token in zip(rows, tokens):  # give the runs back: nothing was submitted
+            store.update_run_if(row.id, SUBMITTING, token, state=PLANNED, submitted_at=None)
+        raise
     job_name = f"{spec.name}.{group_token}"
     try:
         job_id = _submit_with_retries(scheduler, script, script.parent, group_token, job_name,
                                       len(rows) if array else None)
     except SubmitError as exc:
-        for row in rows:
-            store.update_run(row.id, state=SUBMIT_FAILED, submit_message=str(exc))
+        for row, token in zip(rows, tokens):
+            store.update_run_if(row.id, SUBMITTING, token, state=SUBMIT_FAILED, submit_message=str(exc),
+                                script_path=str(script))
             outcome.failed.append((row.id, str(exc)))
-        return
+        return True
     _fault_after_submit()
-    for i, row in enumerate(rows):
-        store.update_run(row.id, state="PENDING", job_id=f"{job_id}_{i}" if array else job_id,
-                         array_task=str(i) if array else None, submit_message=None)
+    for i, (row, token) in enumerate(zip(rows, tokens)):
+        store.update_run_if(row.id, SUBMITTING, token, state="PENDING", job_id=f"{job_id}_{i}" if array else job_id,
+                            array_task=str(i) if array else None, submit_message=None, script_path=str(script))
         outcome.submitted += 1
+    return True
+
+
+def _write_script(script: Path, spec: ExperimentSpec, token: str, array: bool) -> None:
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(render_script(spec, str(runtime_dir()), token=token, array=array), encoding="utf-8")
+    script.chmod(0o755)
 
 
 def _submit_with_retries(scheduler: Scheduler, script: Path, cwd: Path, token: str, job_name: str,
@@ -176,44 +283,59 @@ def _submit_with_retries(scheduler: Scheduler, script: Path, cwd: Path, token: s
     raise AssertionError("unreachable")
 
 
-def reconcile(store: Store, scheduler: Scheduler, row: RunRow, grace_s: float = 60) -> str | None:
-    """Find the job of a SUBMITTING run (the CLI died around sbatch); mark it failed once it is clearly lost."""
+# ---- interrupted submissions ------------------------------------------------------------------------------------
+
+
+def reconcile(store: Store, scheduler: Scheduler, row: RunRow) -> str | None:
+    """Find the job of a SUBMITTING run (a CLI died around sbatch); mark the run failed once it is clearly lost,
+    so `resume` can take it again. Both only if nobody moved the run meanwhile."""
     group, _, index = row.token.partition("-")
     spec_name = store.db.execute("SELECT name FROM experiments WHERE id = ?", [row.experiment_id]).fetchone()[0]
-    if scheduler.name == "local":
-        pid_file = Path(row.run_dir) / "local-wrapper.pid"
-        job_id = f"local-{pid_file.read_text().strip()}" if pid_file.exists() else None
-    else:
-        base = scheduler.find_token(group, f"{spec_name}.{group}")
-        job_id = None if base is None else (f"{base}_{index}" if index else base)
+    base = scheduler.find_token(group, f"{spec_name}.{group}", Path(row.run_dir))
+    job_id = None if base is None else (f"{base}_{index}" if index else base)
     if job_id:
-        store.update_run(row.id, state="PENDING", job_id=job_id, array_task=index or None,
-                         submit_message="recovered: the submitting CLI stopped before recording the job")
-        return job_id
+        found = store.update_run_if(row.id, SUBMITTING, row.token, state="PENDING", job_id=job_id,
+                                    array_task=index or None,
+                                    submit_message="recovered: the submitting CLI stopped before recording the job")
+        return job_id if found else None
     submitted = datetime.fromisoformat(row.submitted_at) if row.submitted_at else None
-    if submitted and (datetime.now(submitted.tzinfo) - submitted).total_seconds() > grace_s:
-        store.update_run(row.id, state=SUBMIT_FAILED,
-                         submit_message="the submitting CLI stopped and no job carries this run's token")
+    if submitted and (datetime.now(submitted.tzinfo) - submitted).total_seconds() > scheduler.submit_grace_s:
+        store.update_run_if(row.id, SUBMITTING, row.token, state=SUBMIT_FAILED,
+                            submit_message="the submitting CLI stopped and no job carries this run's token")
     return None
+
+
+def _to_redo(row: RunRow, judged: set[int]) -> bool:
+    """Never got a job, or its job ended and left no verdict (a judge error is dsv4ctl's, not the job's)."""
+    if row.state in (PLANNED, SUBMIT_FAILED):
+        return True
+    return row.state in FINAL and row.id not in judged and not row.data.get("judge_error")
 
 
 def resume(store: Store, campaign: str) -> SubmitOutcome:
     """Resubmit the runs of a campaign that never got a job or never produced a verdict; nothing else."""
     info = store.campaign(campaign)
+    rows = store.runs(campaign=campaign)
+    if info.get("planned_runs") is not None and len(rows) != info["planned_runs"]:
+        raise StoreError(f"campaign {campaign!r}: its plan holds {len(rows)} of {info['planned_runs']} runs; "
+                         "the store was changed by hand")
     scheduler = get_scheduler(info["backend"])
+    for row in rows:
+        if row.state == SUBMITTING:
+            reconcile(store, scheduler, row)
+    rows = store.runs(campaign=campaign)
+    judged = set(store.verdict_summaries([r.id for r in rows]))
+    redo = [r for r in rows if _to_redo(r, judged)]
+    write_snapshots(store, redo)
     outcome = SubmitOutcome(campaign)
-    judged = set(store.verdict_summaries([r.id for r in store.runs(campaign=campaign)]))
-    for row in store.runs(campaign=campaign):
-        from .judge.states import FINAL as FINAL_STATES
-
-        redo = row.state in (PLANNED, SUBMIT_FAILED) or (row.state in FINAL_STATES and row.id not in judged)
-        if not redo:
-            continue
-        if Path(row.script_path).parent != Path(row.run_dir):  # was an array task: now a job of its own
-            store.update_run(row.id, script_path=str(Path(row.run_dir) / SCRIPT_NAME))
-        store.update_run(row.id, token=secrets.token_hex(6), job_id=None, array_task=None)
-        submit_rows(store, scheduler, [store.find_run(str(row.id))], array=False, outcome=outcome)
-        outcome.run_ids.append(row.id)
+    for row in redo:
+        # Claimed as it was read when chosen: if another process submitted it since, the claim fails. (Reading it
+        # again here would see it PENDING under the other's token, and claim and submit it a second time.)
+        alone = RunRow({**row.data, "script_path": str(Path(row.run_dir) / SCRIPT_NAME)})  # array task: own job
+        if submit_rows(store, scheduler, [alone], array=False, outcome=outcome):
+            outcome.run_ids.append(row.id)
+    if not any(r.state in (PLANNED, SUBMITTING) for r in store.runs(campaign=campaign)):
+        store.mark_submitted(info["id"])
     return outcome
 
 
