@@ -8,8 +8,10 @@ locked". Plain tables and JSON text columns: the file opens as-is in Datasette.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
+import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -35,6 +37,32 @@ class StoreError(Dsv4Error):
 
 class RunNotFound(Dsv4Error):
     """No run matches the given run id, job id or token."""
+
+
+INT64_MAX = 2**63 - 1
+
+
+def bindable(value: Any) -> Any:
+    """A value SQLite can store: integers past int64, NaN and infinities become NULL (the verdict's JSON keeps them
+    exactly). Not text: an INTEGER column would turn a 400-digit text back into the REAL infinity."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def finite_number(value: Any) -> float | None:
+    """A metric as a finite float, or None (text, booleans, NaN, infinities, integers too big for a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def now() -> str:
@@ -71,28 +99,167 @@ def m001_initial(db: sqlite_utils.Database) -> None:
                          foreign_keys=[("run_id", "runs", "id")])
 
 
-MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (m001_initial,)
+def m002_campaign_plan(db: sqlite_utils.Database) -> None:
+    # planned_runs: how many runs the plan recorded (in the same transaction as the runs); submitted_at: when the
+    # submission loop finished. NULL there means a CLI stopped on the way: `resume` completes it.
+    db["campaigns"].add_column("planned_runs", int)
+    db["campaigns"].add_column("submitted_at", str)
 
 
-def migrate(db: sqlite_utils.Database) -> list[str]:
+def m003_judge_error(db: sqlite_utils.Database) -> None:
+    # Judging that raised on one run is recorded there, so a watch can finish and the others are still judged.
+    db["runs"].add_column("judge_error", str)
+
+
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (m001_initial, m002_campaign_plan,
+                                                                    m003_judge_error)
+
+
+def _recorded_migrations(db: sqlite_utils.Database) -> set[str]:
+    if "_dsv4ctl_migrations" not in db.table_names():
+        return set()
+    return {row[0] for row in db.execute("SELECT name FROM _dsv4ctl_migrations")}
+
+
+def check_version(db: sqlite_utils.Database, path: Path) -> list[str]:
+    """Refuse a store written by a newer dsv4ctl; return the migrations this one still has to apply."""
+    known = [m.__name__ for m in MIGRATIONS]
+    done = _recorded_migrations(db)
+    unknown = sorted(done - set(known))
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if unknown or version > len(known):
+        what = f"migrations {', '.join(unknown)}" if unknown else f"schema version {version}"
+        raise StoreError(f"{path}: written by a newer dsv4ctl ({what}; this one knows {len(known)} migrations): "
+                         "upgrade dsv4ctl to use it")
+    return [name for name in known if name not in done]
+
+
+def migrate(db: sqlite_utils.Database, path: Path = Path("?")) -> list[str]:
     """Apply the migrations not yet recorded, all in one transaction; return the names applied."""
     conn = db.conn
+    if not check_version(db, path):
+        return []
     conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait on the busy timeout
     try:
         if "_dsv4ctl_migrations" not in db.table_names():
             db["_dsv4ctl_migrations"].create({"name": str, "applied_at": str}, pk="name")
-        done = {row["name"] for row in db["_dsv4ctl_migrations"].rows}
+        pending = check_version(db, path)  # again, under the lock: another process may have migrated
         applied = []
         for migration in MIGRATIONS:
-            if migration.__name__ not in done:
+            if migration.__name__ in pending:
                 migration(db)
                 db["_dsv4ctl_migrations"].insert({"name": migration.__name__, "applied_at": now()})
                 applied.append(migration.__name__)
+        conn.execute(f"PRAGMA user_version = {len(MIGRATIONS):d}")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     return applied
+
+
+# ---- connections: every SQLite failure becomes one line naming the file -----------------------------------------
+
+_HINTS = (("malformed", "the database file is damaged; restore a backup or salvage it with `sqlite3 FILE .recover`"),
+          ("not a database", "not a usable SQLite database"),
+          ("disk is full", "the disk holding it is full; free space and run the command again"),
+          ("readonly", "it is read-only here; reading commands work, recording needs write access"),
+          ("disk i/o error", "the disk could not read or write it"),
+          ("unable to open", "it cannot be opened (missing folder or no permission)"))
+
+
+def store_error(path: Path, exc: sqlite3.Error) -> StoreError:
+    text = str(exc)
+    hint = next((h for key, h in _HINTS if key in text.lower()), None)
+    return StoreError(f"{path}: {hint} ({text})" if hint else f"{path}: {text}")
+
+
+def _guard(call: Callable[..., Any], path: Path) -> Any:
+    try:
+        return call()
+    except sqlite3.IntegrityError:
+        raise  # a constraint the code relies on (unique names, tokens), not a broken file
+    except sqlite3.DatabaseError as exc:
+        raise store_error(path, exc) from None
+
+
+class _GuardedCursor(sqlite3.Cursor):
+    path = Path("?")
+
+    def execute(self, *args: Any) -> "_GuardedCursor":
+        return _guard(lambda: super(_GuardedCursor, self).execute(*args), self.path)
+
+    def executemany(self, *args: Any) -> "_GuardedCursor":
+        return _guard(lambda: super(_GuardedCursor, self).executemany(*args), self.path)
+
+    def fetchone(self) -> Any:
+        return _guard(super().fetchone, self.path)
+
+    def fetchmany(self, *args: Any) -> list[Any]:
+        return _guard(lambda: super(_GuardedCursor, self).fetchmany(*args), self.path)
+
+    def fetchall(self) -> list[Any]:
+        return _guard(super().fetchall, self.path)
+
+    def __next__(self) -> Any:
+        return _guard(super().__next__, self.path)
+
+
+class _GuardedConnection(sqlite3.Connection):
+    """A connection whose failures (a damaged page, a full disk, a read-only file) are StoreErrors naming the file."""
+
+    path = Path("?")
+
+    def cursor(self, factory: Any = None) -> _GuardedCursor:
+        cursor = super().cursor(factory or _GuardedCursor)
+        cursor.path = self.path
+        return cursor
+
+    def execute(self, sql: str, parameters: Any = ()) -> _GuardedCursor:
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any) -> _GuardedCursor:
+        return self.cursor().executemany(sql, parameters)
+
+    def executescript(self, script: str) -> _GuardedCursor:
+        return _guard(lambda: super(_GuardedConnection, self).executescript(script), self.path)
+
+    def commit(self) -> None:
+        _guard(super().commit, self.path)
+
+
+def _writable(path: Path) -> bool:
+    """Whether this process can write the database (and the -wal/-shm files WAL keeps beside it)."""
+    if path.exists():
+        return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    return True  # a new database: creating it says whether we can
+
+
+def _connect(path: Path, read_only: bool) -> _GuardedConnection:
+    if read_only:
+        # mode=ro needs the -shm file or a writable folder; immutable=1 reads a WAL file in a read-only folder.
+        uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+        try:
+            conn = _open(uri, path)
+            _guard(lambda: conn.execute("SELECT count(*) FROM sqlite_master").fetchone(), path)
+            return conn
+        except StoreError:
+            uri += "&immutable=1"
+    conn = _open(uri if read_only else str(path), path)
+    _guard(lambda: conn.execute("SELECT count(*) FROM sqlite_master").fetchone(), path)
+    return conn
+
+
+def _open(target: str, path: Path) -> _GuardedConnection:
+    try:
+        conn = sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None, factory=_GuardedConnection,
+                               uri=target.startswith("file:"))
+    except sqlite3.DatabaseError as exc:
+        raise store_error(path, exc) from None
+    conn.path = path
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000:d}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
 
 
 # ---- the store --------------------------------------------------------------------------------------------------
@@ -112,17 +279,31 @@ class RunRow:
 
 
 class Store:
+    """The results database. Opened read-only (`read_only`) when this process cannot write it: reading commands
+    still work, and the first write is a StoreError naming the file."""
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        try:
-            conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA foreign_keys = ON")
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: not a usable SQLite database ({exc})") from None
+        self.read_only = not _writable(self.path)
+        conn = _connect(self.path, self.read_only)
+        if not self.read_only:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+            except StoreError:
+                if not self.path.exists():
+                    raise
+                conn.close()  # the file or its folder refuses writes after all (immutable, read-only mount)
+                self.read_only = True
+                conn = _connect(self.path, True)
         self.db = sqlite_utils.Database(conn)
-        self.applied = migrate(self.db)
+        if self.read_only:
+            pending = check_version(self.db, self.path)
+            if pending:
+                raise StoreError(f"{self.path}: read-only and older than this dsv4ctl (needs {', '.join(pending)}): "
+                                 "open it once with write access")
+            self.applied: list[str] = []
+        else:
+            self.applied = migrate(self.db, self.path)
 
     def close(self) -> None:
         self.db.conn.close()
@@ -142,12 +323,17 @@ class Store:
             return self.db["experiments"].insert({"name": name, "spec_hash": spec_hash, "spec_json": spec_json,
                                                   "source": source, "created_at": now()}).last_pk
 
-    def create_campaign(self, name: str, backend: str, command: str) -> int:
+    def create_campaign(self, name: str, backend: str, command: str, planned_runs: int | None = None) -> int:
         with self.transaction():
             if self.db.execute("SELECT 1 FROM campaigns WHERE name = ?", [name]).fetchone():
                 raise StoreError(f"campaign {name!r} exists already: pick another --campaign name")
             return self.db["campaigns"].insert({"name": name, "backend": backend, "command": command,
-                                                "created_at": now()}).last_pk
+                                                "created_at": now(), "planned_runs": planned_runs}).last_pk
+
+    def mark_submitted(self, campaign_id: int) -> None:
+        """The submission loop of a campaign reached its end (every run got a job or a refusal)."""
+        with self.transaction():
+            self.db.execute("UPDATE campaigns SET submitted_at = ? WHERE id = ?", [now(), campaign_id])
 
     def spec_json(self, experiment_id: int) -> str:
         """The resolved spec (JSON text) an experiment row was recorded with."""
@@ -167,12 +353,41 @@ class Store:
     def add_run(self, **fields: Any) -> int:
         fields.setdefault("updated_at", now())
         with self.transaction():
-            return self.db["runs"].insert(fields).last_pk
+            return self.db["runs"].insert({k: bindable(v) for k, v in fields.items()}).last_pk
 
     def update_run(self, run_id: int, **fields: Any) -> None:
         fields["updated_at"] = now()
         with self.transaction():
-            self.db["runs"].update(run_id, fields)
+            self.db["runs"].update(run_id, {k: bindable(v) for k, v in fields.items()})
+
+    def update_run_if(self, run_id: int, seen_state: str, seen_token: str, /, **fields: Any) -> bool:
+        """Update a run only if it is still in the state with the token it was seen in (nobody moved it
+        meanwhile); say if it was."""
+        fields["updated_at"] = now()
+        names = sorted(fields)
+        sets = ", ".join(f"{name} = ?" for name in names)  # column names from the code, never from users
+        with self.transaction():
+            cursor = self.db.execute(f"UPDATE runs SET {sets} WHERE id = ? AND state = ? AND token = ?",
+                                     [*(bindable(fields[n]) for n in names), run_id, seen_state, seen_token])
+            return cursor.rowcount == 1
+
+    def claim_runs(self, claims: list[tuple[int, str, str, str]]) -> bool:
+        """Take runs for submission, all or none: each (run id, state seen, token seen, new token) becomes
+        SUBMITTING with its new token only if nobody changed it since it was read. Two processes that read the
+        same runs (two `resume`s, a `resume` beside a `submit`) never both submit one."""
+        assert not self.db.conn.in_transaction, "a claim is its own transaction"
+        try:
+            with self.transaction():
+                for run_id, state, token, new_token in claims:
+                    cursor = self.db.execute(
+                        "UPDATE runs SET state = ?, token = ?, submitted_at = ?, updated_at = ?, job_id = NULL, "
+                        "array_task = NULL WHERE id = ? AND state = ? AND token = ?",
+                        [SUBMITTING, new_token, now(), now(), run_id, state, token])
+                    if cursor.rowcount != 1:
+                        raise _ClaimLost(run_id)  # rolls the whole claim back
+        except _ClaimLost:
+            return False
+        return True
 
     def _select(self, where: str = "1", params: Iterable[Any] = ()) -> list[RunRow]:
         sql = (f"SELECT runs.*, experiments.name AS experiment, campaigns.name AS campaign FROM runs "
@@ -207,18 +422,27 @@ class Store:
             rows += self._select(f"runs.id IN ({','.join('?' * len(chunk))})", chunk)
         return sorted(rows, key=lambda r: r.id)
 
-    def runs_in_flight(self) -> list[RunRow]:
-        """Runs still waiting on the scheduler, and finished jobs not judged yet (sacct still settling)."""
+    def runs_in_flight(self, run_ids: Iterable[int] | None = None) -> list[RunRow]:
+        """Runs still waiting on the scheduler, and finished jobs not judged yet (sacct still settling); only
+        among `run_ids` when given (a wait follows its own runs, never the whole database)."""
         idle = ",".join("?" * (len(NOT_WAITING) + len(FINAL)))
         finals = ",".join("?" * len(FINAL))
-        return self._select(f"runs.state NOT IN ({idle}) OR (runs.state IN ({finals}) AND runs.ingested = 0 "
-                            f"AND runs.id NOT IN (SELECT run_id FROM verdicts))",
-                            [*NOT_WAITING, *sorted(FINAL), *sorted(FINAL)])
+        where = (f"(runs.state NOT IN ({idle}) OR (runs.state IN ({finals}) AND runs.ingested = 0 "
+                 f"AND runs.judge_error IS NULL AND runs.id NOT IN (SELECT run_id FROM verdicts)))")
+        params: list[Any] = [*NOT_WAITING, *sorted(FINAL), *sorted(FINAL)]
+        if run_ids is None:
+            return self._select(where, params)
+        wanted = sorted(set(run_ids))
+        rows: list[RunRow] = []
+        for start in range(0, len(wanted), 900):
+            chunk = wanted[start:start + 900]
+            rows += self._select(f"{where} AND runs.id IN ({','.join('?' * len(chunk))})", [*params, *chunk])
+        return sorted(rows, key=lambda r: r.id)
 
     def find_run(self, ref: str) -> RunRow:
         """A run by run id (`12`), job id (`4711`, `4711_3`, `local:123`) or token."""
         rows = []
-        if ref.isdigit():
+        if ref.isdigit() and int(ref) <= INT64_MAX:  # beyond SQLite's integers it can only be a job id or token
             rows = self._select("runs.id = ?", [int(ref)])
         rows = rows or self._select("runs.job_id = ? OR runs.token = ?", [ref, ref])
         if not rows:
@@ -230,20 +454,22 @@ class Store:
     def save_verdict(self, run_id: int, verdict: dict[str, Any]) -> None:
         blocker = verdict.get("first_blocker") or {}
         with self.transaction():
-            self.db["verdicts"].upsert({
+            # Numbers from a log can be anything (a 400-digit count, NaN): the columns get what SQLite can hold,
+            # verdict_json keeps them exactly, and the metrics table only finite numbers.
+            self.db["verdicts"].upsert({key: bindable(value) for key, value in {
                 "run_id": run_id, "status": verdict["status"], "passed": int(verdict["passed"]),
                 "false_green": int(verdict["false_green"]), "first_blocker_line": blocker.get("line"),
                 "first_blocker_kind": blocker.get("kind"), "first_blocker_message": blocker.get("message"),
                 "bos_run": verdict.get("bos_run"), "py_exit": verdict.get("py_exit"),
                 "probe_verdict": verdict.get("probe_verdict"), "engine_ready_s": verdict.get("engine_ready_s"),
                 "judged_at": now(), "verdict_json": json.dumps(verdict, ensure_ascii=False),
-            }, pk="run_id")
+            }.items()}, pk="run_id")
+            self.db.execute("UPDATE runs SET judge_error = NULL WHERE id = ? AND judge_error IS NOT NULL", [run_id])
             self.db.execute("DELETE FROM metrics WHERE run_id = ?", [run_id])
-            rows = [{"run_id": run_id, "name": name, "value": float(value)}
-                    for name, value in (verdict.get("metrics") or {}).items()
-                    if isinstance(value, (int, float)) and not isinstance(value, bool)]
-            if verdict.get("engine_ready_s") is not None and "engine_ready_s" not in (verdict.get("metrics") or {}):
-                rows.append({"run_id": run_id, "name": "engine_ready_s", "value": float(verdict["engine_ready_s"])})
+            numbers = dict(verdict.get("metrics") or {})
+            numbers.setdefault("engine_ready_s", verdict.get("engine_ready_s"))
+            rows = [{"run_id": run_id, "name": name, "value": finite_number(value)} for name, value in numbers.items()]
+            rows = [row for row in rows if row["value"] is not None]
             if rows:
                 self.db["metrics"].insert_all(rows, pk=("run_id", "name"), replace=True)
 
@@ -265,6 +491,10 @@ class Store:
     def metrics(self, run_id: int) -> dict[str, float]:
         return {name: value for name, value in
                 self.db.execute("SELECT name, value FROM metrics WHERE run_id = ?", [run_id])}
+
+
+class _ClaimLost(Exception):
+    """Another process took one of the runs first."""
 
 
 class _Transaction:

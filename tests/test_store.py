@@ -92,3 +92,30 @@ def test_concurrent_writers_never_see_database_is_locked(tmp_path):
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
     assert open_store(db).db["runs"].count == 600
+
+
+def test_a_store_of_the_first_schema_reaches_the_current_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:1])
+    old = open_store(tmp_path / "r.db")
+    run_id = old.add_run(experiment_id=old.experiment_id("e", "h", "{}", "x"), backend="local", token="t",
+                         state="COMPLETED", ingested=0)
+    old.close()
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
+    s = open_store(tmp_path / "r.db")
+    assert s.applied == [m.__name__ for m in MIGRATIONS[1:]]
+    assert {"planned_runs", "submitted_at"} <= {c.name for c in s.db["campaigns"].columns}
+    assert s.find_run(str(run_id)).judge_error is None
+    assert s.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_values_sqlite_cannot_hold_are_stored_as_null(tmp_path):
+    s = open_store(tmp_path / "r.db")
+    big = 10**400
+    run_id = s.add_run(experiment_id=s.experiment_id("e", "h", "{}", "x"), backend="ingest", token="t",
+                       state="COMPLETED", exit_code=big, ingested=1)
+    s.save_verdict(run_id, {"status": "coherent", "passed": True, "false_green": False, "bos_run": big,
+                            "engine_ready_s": float("inf"), "metrics": {"gen_s": 2.0, "huge": big,
+                                                                        "nan": float("nan")}})
+    assert s.find_run(str(run_id)).exit_code is None
+    assert s.verdict(run_id)["bos_run"] == big  # the JSON keeps it exactly
+    assert s.metrics(run_id) == {"gen_s": 2.0}
