@@ -1,37 +1,45 @@
 """`compare`: is the candidate faster, and is it still correct? Data in, a `Comparison` out (the CLI draws it).
 
-Decision, in order:
+Decision per metric, in order:
   blocked       some run of either side did not pass its verdict (listed with status and first blocker), or a
                 side has no sample of the metric
-  promote       the Mann-Whitney p < alpha and the candidate's median is better by at least `factor`
-                (asv's rule: better means new < old / factor for lower-is-better metrics)
+  promote       the Mann-Whitney p < alpha, the candidate's median is better by at least `factor` (asv's rule:
+                better means new < old / factor for lower-is-better metrics) and both medians have a bounded 95%
+                interval (benchstat: at least 6 samples); without one the result is inconclusive and says so
   reject        p < alpha and the candidate is worse
   inconclusive  anything else, with the runs per side needed to see a `factor`-sized effect
+The comparison's decision is the worst of its metrics' (blocked, reject, inconclusive, promote).
 Exit codes: 0 promote, 1 reject or blocked, 3 inconclusive.
+
+A side may mix experiments (`tag:nightly`): its samples are pooled, and each experiment's share is listed.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import stats
+from .differences import differences, timing_warning, token_differences
 from .errors import Dsv4Error, UsageError
 from .store import Store
 
 DECISION_EXIT = {"promote": 0, "reject": 1, "blocked": 1, "inconclusive": 3}
-# Provenance and bookkeeping that differ between any two runs and say nothing about the experiment.
-IGNORED_KEYS = ("name", "description", "tags", "repeats", "matrix", "expect", "throughput")
+SEVERITY = ("blocked", "reject", "inconclusive", "promote")  # the first one any metric reached decides
+# Columns of `runs` that say where and with what a run ran; the versions are read when the store has them.
+PROVENANCE_COLUMNS = ("dsv4ctl_version", "git_sha", "node", "vllm_version", "torch_version", "triton_version")
+CONFIDENCE = 0.95
+DIRECTIONS = ("lower", "higher")
 
 
 class CompareError(Dsv4Error):
     """A side of the comparison matches no runs, or the metric cannot be compared."""
 
 
-DIRECTIONS = ("lower", "higher")
+class UnknownMetric(UsageError):
+    """No run of either side has the metric asked for."""
 
 
 def check_settings(alpha: float, factor: float, better: str | None) -> None:
@@ -50,7 +58,18 @@ def direction(metric: str) -> str:
         return "higher"
     if metric.endswith(("_s", "_ms", "_seconds")) or "latency" in metric:
         return "lower"
-    raise CompareError(f"cannot tell whether more or less {metric!r} is better: pass --direction lower|higher")
+    raise UsageError(f"cannot tell whether more or less {metric!r} is better: pass --direction lower|higher")
+
+
+def parse_metrics(text: str) -> list[str]:
+    """`gen_s,ttft_s` -> ['gen_s', 'ttft_s'], in order, each once."""
+    names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    if not names:
+        raise UsageError("no metric given: name one or more, separated by commas (gen_s,ttft_s)")
+    return names
+
+
+# ---- sides --------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -59,17 +78,17 @@ class CompareRow:
 
     id: int
     experiment_id: int
+    experiment: str
     job_id: str | None
     state: str | None
     pair_id: int | None
     switches_json: str | None
-    dsv4ctl_version: str | None
-    git_sha: str | None
-    node: str | None
     status: str | None  # the verdict's; None when not judged
     passed: bool
+    false_green: bool
     first_blocker_kind: str | None
-    value: float | None  # the compared metric
+    provenance: tuple[tuple[str, str | None], ...] = ()
+    metrics: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass
@@ -77,71 +96,41 @@ class Side:
     name: str
     runs: list[CompareRow]
 
-
-_ROW_SQL = ("SELECT runs.id, runs.experiment_id, runs.job_id, runs.state, runs.pair_id, runs.switches_json, "
-            "runs.dsv4ctl_version, runs.git_sha, runs.node, verdicts.status, verdicts.passed, "
-            "verdicts.first_blocker_kind, metrics.value FROM runs "
-            "LEFT JOIN verdicts ON verdicts.run_id = runs.id "
-            "LEFT JOIN metrics ON metrics.run_id = runs.id AND metrics.name = ? WHERE runs.id IN ({marks}) "
-            "ORDER BY runs.id")
+    @property
+    def experiments(self) -> list[str]:
+        return sorted({r.experiment for r in self.runs})
 
 
-def load_rows(store: Store, run_ids: list[int], metric: str) -> list[CompareRow]:
+_ROW_SQL = ("SELECT runs.id, runs.experiment_id, experiments.name, runs.job_id, runs.state, runs.pair_id, "
+            "runs.switches_json, verdicts.status, verdicts.passed, verdicts.false_green, "
+            "verdicts.first_blocker_kind{provenance} FROM runs JOIN experiments ON experiments.id = runs.experiment_id "
+            "LEFT JOIN verdicts ON verdicts.run_id = runs.id WHERE runs.id IN ({marks}) ORDER BY runs.id")
+
+
+def _provenance_columns(store: Store) -> list[str]:
+    present = {row[1] for row in store.db.execute("PRAGMA table_info(runs)")}
+    return [c for c in PROVENANCE_COLUMNS if c in present]
+
+
+def load_rows(store: Store, run_ids: list[int]) -> list[CompareRow]:
+    columns = _provenance_columns(store)
+    sql = _ROW_SQL.replace("{provenance}", "".join(f", runs.{c}" for c in columns))
     rows: list[CompareRow] = []
     for start in range(0, len(run_ids), 900):
         chunk = run_ids[start:start + 900]
-        cursor = store.db.execute(_ROW_SQL.format(marks=",".join("?" * len(chunk))), [metric, *chunk])
-        rows += [CompareRow(*row[:10], bool(row[10]), row[11], row[12]) for row in cursor]
+        marks = ",".join("?" * len(chunk))
+        values: dict[int, dict[str, float]] = {}
+        for run_id, name, value in store.db.execute(
+                f"SELECT run_id, name, value FROM metrics WHERE run_id IN ({marks})", chunk):
+            if value is not None:
+                values.setdefault(run_id, {})[name] = value
+        for row in store.db.execute(sql.replace("{marks}", marks), chunk):
+            rows.append(CompareRow(*row[:8], bool(row[8]), bool(row[9]), row[10],
+                                   tuple(zip(columns, row[11:])), values.get(row[0], {})))
     return rows
 
 
-@dataclass
-class SideResult:
-    name: str
-    n: int
-    median: float | None
-    ci: tuple[float, float] | None
-    values: list[float]
-    runs: list[int]
-    failed_runs: list[dict[str, Any]]
-
-
-@dataclass
-class Comparison:
-    metric: str
-    direction: str
-    alpha: float
-    factor: float
-    baseline: SideResult
-    candidate: SideResult
-    ratio: float | None
-    ratio_ci: tuple[float, float] | None
-    p_value: float | None
-    significant: bool
-    decision: str
-    reasons: list[str]
-    differences: list[dict[str, Any]]
-    token_differences: list[dict[str, Any]]
-    warnings: list[str]
-    paired: dict[str, Any] | None
-    runs_needed: int | None
-    min_runs: int
-
-    @property
-    def exit_code(self) -> int:
-        return DECISION_EXIT[self.decision]
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        for side in ("baseline", "candidate"):
-            data[side].pop("values")
-        return data
-
-
-# ---- sides --------------------------------------------------------------------------------------------------------
-
-
-def resolve_side(store: Store, ref: str, metric: str) -> Side:
+def resolve_side(store: Store, ref: str) -> Side:
     """A side: `tag:NAME`, run or job ids (`12,13,4711_2`), a spec file, or an experiment name."""
     if ref.startswith("tag:"):
         tag = ref[4:]
@@ -157,7 +146,7 @@ def resolve_side(store: Store, ref: str, metric: str) -> Side:
         marks = ",".join("?" * len(names))
         ids = [r[0] for r in store.db.execute(f"SELECT runs.id FROM runs JOIN experiments ON experiments.id = "
                                               f"runs.experiment_id WHERE experiments.name IN ({marks})", names)]
-    return Side(ref, load_rows(store, ids, metric)) if ids else _none(ref)
+    return Side(ref, load_rows(store, ids)) if ids else _none(ref)
 
 
 def _none(ref: str) -> Side:
@@ -165,177 +154,240 @@ def _none(ref: str) -> Side:
                        "see `dsv4ctl runs`)")
 
 
-# ---- what differs ---------------------------------------------------------------------------------------------------
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, str]:
-    if isinstance(value, dict):
-        out: dict[str, str] = {}
-        for key, item in value.items():
-            out.update(_flatten(item, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): json.dumps(value, sort_keys=True, ensure_ascii=False)}
-
-
-def _spec_facts(store: Store, experiment_id: int, cache: dict[int, dict[str, str]]) -> dict[str, str]:
-    if experiment_id not in cache:
-        spec = {k: v for k, v in json.loads(store.spec_json(experiment_id)).items()
-                if k not in IGNORED_KEYS and k != "switches"}
-        cache[experiment_id] = _flatten(spec)
-    return cache[experiment_id]
-
-
-def run_facts(store: Store, run: CompareRow, cache: dict[int, dict[str, str]] | None = None) -> dict[str, str]:
-    facts = dict(_spec_facts(store, run.experiment_id, {} if cache is None else cache))
-    facts.update({f"switches.{k}": json.dumps(v) for k, v in json.loads(run.switches_json or "{}").items()})
-    facts.update({"provenance.dsv4ctl_version": json.dumps(run.dsv4ctl_version),
-                  "provenance.git_sha": json.dumps(run.git_sha), "provenance.node": json.dumps(run.node)})
-    return facts
-
-
-def differences(store: Store, base: Side, cand: Side) -> list[dict[str, Any]]:
-    specs: dict[int, dict[str, str]] = {}
-
-    def collect(side: Side) -> dict[str, set[str]]:
-        seen: dict[str, set[str]] = {}
-        done: set[tuple] = set()
-        for run in side.runs:
-            key = (run.experiment_id, run.switches_json, run.dsv4ctl_version, run.git_sha, run.node)
-            if key in done:  # thousands of repeats share a handful of settings
-                continue
-            done.add(key)
-            for name, value in run_facts(store, run, specs).items():
-                seen.setdefault(name, set()).add(value)
-        return seen
-
-    a, b = collect(base), collect(cand)
-    out = []
-    for key in sorted(set(a) | set(b)):
-        left, right = a.get(key, {"null"}), b.get(key, {"null"})
-        if left != right:
-            out.append({"key": key, "baseline": sorted(json.loads(v) for v in left if v is not None)
-                        if all(v is not None for v in left) else sorted(left),
-                        "candidate": sorted(json.loads(v) for v in right)})
-    return out
-
-
-def _greedy(store: Store, run: CompareRow) -> bool:
-    return (json.loads(store.spec_json(run.experiment_id)).get("sampling") or {}).get("temperature", 0) == 0
-
-
-def token_differences(store: Store, base: Side, cand: Side) -> list[dict[str, Any]]:
-    """Greedy runs should agree token for token: the first differing position per request, if any."""
-    def first_tokens(side: Side) -> list[list[int]] | None:
-        for run in side.runs:
-            if run.passed and _greedy(store, run):
-                verdict = store.verdict(run.id) or {}
-                return [r["token_ids"] for r in verdict.get("requests", [])]
-        return None
-
-    a, b = first_tokens(base), first_tokens(cand)
-    if a is None or b is None:
-        return []
-    from .judge.rules import first_divergence
-
-    out = []
-    for index, (left, right) in enumerate(zip(a, b)):
-        found = first_divergence(left, right)
-        if found:
-            out.append({"request": index, "position": found[0], "baseline": found[1], "candidate": found[2]})
-    return out
-
-
 # ---- the comparison -------------------------------------------------------------------------------------------------
 
 
-def _side_result(store: Store, side: Side, metric: str) -> SideResult:
-    failed = []
-    values = []
-    for run in side.runs:
-        if not run.passed:
-            failed.append({"run": run.id, "job_id": run.job_id, "state": run.state,
-                           "status": run.status or "not judged", "first_blocker": run.first_blocker_kind})
-        elif run.value is not None:
-            values.append(run.value)
-    summary = stats.summarise(values)
-    return SideResult(side.name, summary.n, summary.median, summary.ci, values, [r.id for r in side.runs], failed)
+@dataclass
+class SideRuns:
+    """Who is on a side: its runs, the experiments it mixes, and the runs that did not pass."""
+
+    name: str
+    runs: list[int]
+    experiments: list[dict[str, Any]]  # [{experiment, runs, passed}]
+    failed_runs: list[dict[str, Any]]
 
 
-def _paired(base: Side, cand: Side) -> dict[str, Any] | None:
+@dataclass
+class SideStats:
+    """One metric on one side: passed samples pooled over the side's experiments, and each experiment's share."""
+
+    n: int
+    median: float | None
+    ci: tuple[float, float] | None  # None without samples or when unbounded (`ci_bounded` says which)
+    ci_bounded: bool
+    by_experiment: list[dict[str, Any]]  # [{experiment, n, median}]
+    values: list[float] = field(repr=False, default_factory=list)
+
+
+@dataclass
+class MetricComparison:
+    metric: str
+    direction: str
+    baseline: SideStats
+    candidate: SideStats
+    ratio: float | None
+    ratio_ci: tuple[float, float] | None
+    p_value: float | None
+    significant: bool
+    decision: str
+    reasons: list[str]
+    runs_needed: int | None
+    paired: dict[str, Any] | None
+
+
+@dataclass
+class Comparison:
+    alpha: float
+    factor: float
+    baseline: SideRuns
+    candidate: SideRuns
+    decision: str
+    metrics: list[MetricComparison]
+    reasons: list[str]
+    differences: list[dict[str, Any]]
+    token_differences: list[dict[str, Any]]
+    warnings: list[str]
+    min_runs: int  # per side, for the test to be able to reach alpha at all
+    min_runs_bounded_ci: int  # per side, for a bounded 95% interval of the median
+
+    @property
+    def exit_code(self) -> int:
+        return DECISION_EXIT[self.decision]
+
+    @property
+    def mixed(self) -> bool:
+        return len(self.baseline.experiments) > 1 or len(self.candidate.experiments) > 1
+
+    def metric(self, name: str) -> MetricComparison:
+        return next(m for m in self.metrics if m.metric == name)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain nested data: arrays, objects and nulls (an unbounded interval is null, never Infinity)."""
+        data = asdict(self)
+        for m in data["metrics"]:
+            for side in ("baseline", "candidate"):
+                m[side].pop("values")
+        data["exit_code"] = self.exit_code
+        return _finite_or_null(data)
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_finite_or_null(v) for v in value]
+        return None if isinstance(value, tuple) and any(v is None for v in items) else items
+    return value
+
+
+def _side_runs(side: Side) -> SideRuns:
+    failed = [{"run": r.id, "job_id": r.job_id, "state": r.state, "experiment": r.experiment,
+               "status": r.status or "not judged", "false_green": r.false_green,
+               "first_blocker": r.first_blocker_kind} for r in side.runs if not r.passed]
+    groups = [{"experiment": name, "runs": sum(1 for r in side.runs if r.experiment == name),
+               "passed": sum(1 for r in side.runs if r.experiment == name and r.passed)}
+              for name in side.experiments]
+    return SideRuns(side.name, [r.id for r in side.runs], groups, failed)
+
+
+def _side_stats(side: Side, metric: str) -> SideStats:
+    passed = [r for r in side.runs if r.passed and metric in r.metrics]
+    values = [r.metrics[metric] for r in passed]
+    summary = stats.summarise(values, CONFIDENCE)
+    bounded = summary.ci is not None and all(map(math.isfinite, summary.ci))
+    groups = []
+    for name in side.experiments:
+        mine = [r.metrics[metric] for r in passed if r.experiment == name]
+        groups.append({"experiment": name, "n": len(mine), "median": stats.median(mine) if mine else None})
+    return SideStats(summary.n, summary.median, summary.ci if bounded else None, bounded, groups, values)
+
+
+def _paired(base: Side, cand: Side, metric: str) -> dict[str, Any] | None:
     left = {r.pair_id: r for r in base.runs if r.pair_id is not None}
     right = {r.pair_id: r for r in cand.runs if r.pair_id is not None}
     diffs = []
     for pair in sorted(set(left) & set(right)):
-        a, b = left[pair].value, right[pair].value
-        if a is not None and b is not None:
+        a, b = left[pair].metrics.get(metric), right[pair].metrics.get(metric)
+        if a is not None and b is not None and left[pair].passed and right[pair].passed:
             diffs.append(b - a)
     if not diffs:
         return None
     return {"pairs": len(diffs), "median_difference": stats.median(diffs), "wilcoxon_p": stats.wilcoxon_p(diffs)}
 
 
-def compare(store: Store, baseline: str, candidate: str, metric: str = "gen_s", alpha: float = 0.05,
+def known_metrics(sides: list[Side]) -> list[str]:
+    return sorted({name for side in sides for r in side.runs for name in r.metrics})
+
+
+def check_metrics(metrics: list[str], base: Side, cand: Side) -> None:
+    """A metric no run of either side has is a typo, not a result: refuse it and list what is there."""
+    present = known_metrics([base, cand])
+    unknown = [m for m in metrics if m not in present]
+    if unknown and present:
+        close = [p for m in unknown for p in present if p.lower() == m.lower()]
+        raise UnknownMetric(f"no run of either side has the metric {', '.join(map(repr, unknown))}; metrics "
+                            f"present: {', '.join(present)}" + (f" (did you mean {close[0]}?)" if close else ""))
+
+
+def compare(store: Store, baseline: str, candidate: str, metric: str | list[str] = "gen_s", alpha: float = 0.05,
             factor: float = 1.05, expect_diff: list[str] | None = None, better: str | None = None) -> Comparison:
+    """Compare two sides named as on the command line (see `resolve_side`)."""
     check_settings(alpha, factor, better)
-    way = better or direction(metric)
-    base_side, cand_side = resolve_side(store, baseline, metric), resolve_side(store, candidate, metric)
-    base, cand = _side_result(store, base_side, metric), _side_result(store, cand_side, metric)
-    diffs = differences(store, base_side, cand_side)
+    return compare_sides(store, resolve_side(store, baseline), resolve_side(store, candidate), metric, alpha,
+                         factor, expect_diff, better)
+
+
+def compare_sides(store: Store, base: Side, cand: Side, metric: str | list[str] = "gen_s", alpha: float = 0.05,
+                  factor: float = 1.05, expect_diff: list[str] | None = None,
+                  better: str | None = None) -> Comparison:
+    check_settings(alpha, factor, better)
+    metrics = [metric] if isinstance(metric, str) else list(metric)
+    check_metrics(metrics, base, cand)
+    ways = {m: better or direction(m) for m in metrics}
+    base_runs, cand_runs = _side_runs(base), _side_runs(cand)
+    reasons = [f"{label} run {f['run']} ({f['experiment']}) did not pass: {f['status']}"
+               + (" FALSE GREEN" if f["false_green"] else "")
+               + (f" ({f['first_blocker']})" if f["first_blocker"] else "")
+               for label, side in (("baseline", base_runs), ("candidate", cand_runs)) for f in side.failed_runs]
+    diffs = differences(store, base, cand)
     warnings = _factor_warnings(diffs, expect_diff)
-    reasons: list[str] = []
+    timing = timing_warning(store, base, cand)
+    warnings += [timing] if timing else []
+    for label, side in (("baseline", base_runs), ("candidate", cand_runs)):
+        if len(side.experiments) > 1:
+            warnings.append(f"the {label} mixes {len(side.experiments)} experiments "
+                            f"({', '.join(g['experiment'] for g in side.experiments)}): their samples are pooled; "
+                            "each one's median is listed")
+    settings = Settings(alpha, factor, stats.min_samples(alpha), stats.ci_min_samples(CONFIDENCE))
+    results = [_compare_metric(base, cand, m, ways[m], settings, blocked=bool(reasons)) for m in metrics]
+    decision = min((r.decision for r in results), key=SEVERITY.index)
+    if any(m.baseline.n < settings.min_runs or m.candidate.n < settings.min_runs for m in results
+           if m.decision not in ("blocked", "reject")):
+        warnings.append(f"need >= {settings.min_runs} samples per side to detect a difference at alpha {alpha}")
+    return Comparison(alpha=alpha, factor=factor, baseline=base_runs, candidate=cand_runs, decision=decision,
+                      metrics=results, reasons=reasons, differences=diffs,
+                      token_differences=token_differences(store, base, cand), warnings=warnings,
+                      min_runs=settings.min_runs, min_runs_bounded_ci=settings.min_runs_bounded_ci)
+
+
+@dataclass(frozen=True)
+class Settings:
+    alpha: float
+    factor: float
+    min_runs: int
+    min_runs_bounded_ci: int
+
+
+def _compare_metric(base_side: Side, cand_side: Side, metric: str, way: str, s: Settings,
+                    blocked: bool) -> MetricComparison:
+    base, cand = _side_stats(base_side, metric), _side_stats(cand_side, metric)
     p = stats.mann_whitney_p(base.values, cand.values) if base.values and cand.values else None
-    significant = p is not None and p < alpha
+    significant = p is not None and p < s.alpha
     ratio = cand.median / base.median if base.median and cand.median is not None else None
-    ratio_ci = _ratio_ci(base.ci, cand.ci)
+    reasons: list[str] = []
     needed = None
-    min_runs = stats.min_samples(alpha)
-    if base.failed_runs or cand.failed_runs:
+    if blocked:
         decision = "blocked"
-        for label, side in (("baseline", base), ("candidate", cand)):
-            for failed in side.failed_runs:
-                reasons.append(f"{label} run {failed['run']} did not pass: {failed['status']}"
-                               + (f" ({failed['first_blocker']})" if failed["first_blocker"] else ""))
+        reasons.append("a run did not pass its verdict: the speed of a broken run is not compared")
     elif not base.values or not cand.values:
         decision = "blocked"
         reasons.append(f"no {metric} samples on the {'baseline' if not base.values else 'candidate'} side")
     else:
         better_by = (1 / ratio if way == "lower" else ratio) if ratio else 1.0  # > 1: the candidate is better
-        if significant and better_by >= factor:
-            decision = "promote"
-            reasons.append(f"candidate better by {better_by:.3f}x (>= {factor}), p = {p:.3g}")
-        elif significant and better_by < 1:
+        short = [x.n for x in (base, cand) if not x.ci_bounded]
+        if significant and better_by < 1:
             decision = "reject"
             reasons.append(f"candidate worse by {1 / better_by:.3f}x, p = {p:.3g}")
+        elif significant and better_by >= s.factor and not short:
+            decision = "promote"
+            reasons.append(f"candidate better by {better_by:.3f}x (>= {s.factor}), p = {p:.3g}")
         else:
             decision = "inconclusive"
-            if significant:
-                reasons.append(f"significant (p = {p:.3g}) but better by only {better_by:.3f}x (< {factor})")
+            if significant and better_by >= s.factor:
+                reasons.append(f"better by {better_by:.3f}x with p = {p:.3g}, but need >= {s.min_runs_bounded_ci} "
+                               f"samples per side for a bounded {CONFIDENCE:.0%} interval of the median "
+                               f"(have {base.n} and {cand.n}): not promoted")
+            elif significant:
+                reasons.append(f"significant (p = {p:.3g}) but better by only {better_by:.3f}x (< {s.factor})")
             else:
-                reasons.append(f"no significant difference (p = {p:.3g} >= {alpha}); benchstat would print ~")
-            effect = abs(base.median * (factor - 1))
-            needed = stats.runs_needed(base.values, cand.values, effect, alpha)
-            reasons.append(f"about {needed} runs per side would see a {factor}x change with 80% power")
-        small = [s for s in (base, cand) if s.n < min_runs]
-        if small:
-            warnings.append(f"need >= {min_runs} samples per side to detect a difference at alpha {alpha} "
-                            f"(have {base.n} and {cand.n})")
-    return Comparison(metric=metric, direction=way, alpha=alpha, factor=factor, baseline=base, candidate=cand,
-                      ratio=ratio, ratio_ci=ratio_ci, p_value=p, significant=significant, decision=decision,
-                      reasons=reasons, differences=diffs, token_differences=token_differences(store, base_side,
-                                                                                              cand_side),
-                      warnings=warnings, paired=_paired(base_side, cand_side),
-                      runs_needed=needed, min_runs=min_runs)
+                reasons.append(f"no significant difference (p = {p:.3g} >= {s.alpha}); benchstat would print ~")
+            effect = abs(base.median * (s.factor - 1))
+            needed = max(stats.runs_needed(base.values, cand.values, effect, s.alpha), s.min_runs_bounded_ci)
+            reasons.append(f"about {needed} runs per side would see a {s.factor}x change with 80% power")
+    return MetricComparison(metric=metric, direction=way, baseline=base, candidate=cand, ratio=ratio,
+                            ratio_ci=_ratio_ci(base.ci, cand.ci), p_value=p, significant=significant,
+                            decision=decision, reasons=reasons, runs_needed=needed,
+                            paired=_paired(base_side, cand_side, metric))
 
 
 def _ratio_ci(base: tuple[float, float] | None, cand: tuple[float, float] | None) -> tuple[float, float] | None:
-    """A conservative interval for candidate/baseline from the two medians' 95% intervals."""
-    if not base or not cand or base[0] <= 0 or not all(map(_finite, (*base, *cand))):
-        return None if not base or not cand else (0.0, float("inf"))
+    """A conservative interval for candidate/baseline from the two medians' 95% intervals; None when either is
+    unbounded or the baseline's reaches 0."""
+    if not base or not cand or base[0] <= 0:
+        return None
     return (cand[0] / base[1], cand[1] / base[0])
-
-
-def _finite(x: float) -> bool:
-    return x not in (float("inf"), float("-inf")) and x == x
 
 
 def _factor_warnings(diffs: list[dict[str, Any]], expect: list[str] | None) -> list[str]:

@@ -5,8 +5,9 @@ imported inside them, so importing this module stays cheap.
 - test: two-sided Mann-Whitney U (exact distribution for small samples, scipy chooses); a test error such as all
   values equal gives p = 1;
 - paired runs (interleaved A/B): Wilcoxon signed-rank on the pair differences;
-- sample planning: the smallest n whose best possible exact p reaches alpha (benchstat: 4 at 0.05), and a
-  normal-approximation estimate of the n needed to see an effect of a given size with 80% power.
+- sample planning: the smallest n whose best possible exact p reaches alpha (benchstat: 4 at 0.05), the smallest
+  n with a bounded interval of the median (6 at 95%), and a normal-approximation estimate of the n needed to see
+  an effect of a given size with 80% power.
 """
 
 from __future__ import annotations
@@ -84,6 +85,15 @@ def min_samples(alpha: float) -> int:
     complete separation p = 2 / C(2n, n) (n = 4 gives 0.0286 at alpha 0.05)."""
     n = 1
     while 2 / math.comb(2 * n, n) > alpha:
+        n += 1
+    return n
+
+
+def ci_min_samples(confidence: float = 0.95) -> int:
+    """The smallest n whose order-statistic interval of the median is bounded: the widest one, [x_(1), x_(n)],
+    misses the median with probability 2 / 2^n, which must be at most 1 - confidence (6 at 95%)."""
+    n = 1
+    while 2 * 0.5 ** n > 1 - confidence:
         n += 1
     return n
 

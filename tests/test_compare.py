@@ -1,4 +1,4 @@
-"""`compare` decisions on seeded synthetic samples, the correctness gate, what differs, and the CLI contract."""
+"""`compare` decisions on seeded synthetic samples, the correctness gate and what differs (the CLI: test_compare_cli)."""
 
 from __future__ import annotations
 
@@ -11,25 +11,26 @@ from dsv4ctl.compare import compare
 from dsv4ctl.specload import load_spec
 from dsv4ctl.store import open_store
 
-from .conftest import EXPERIMENTS, FIXTURES
+from .conftest import EXPERIMENTS
 
 
-def add_side(store, spec_file: str, values: list[float], metric: str = "gen_s", bad: int = 0,
-             tokens: list[int] | None = None, pair_start: int | None = None) -> list[int]:
+def add_side(store, spec_file, values: list[float], metric: str = "gen_s", bad: int = 0,
+             tokens: list[int] | None = None, pair_start: int | None = None, tags: list[str] | None = None,
+             false_green: bool = False, extra: dict[str, float] | None = None) -> list[int]:
     spec = load_spec(EXPERIMENTS / spec_file)[0].spec
-    experiment = store.experiment_id(spec.name, spec.spec_hash(), json.dumps(spec.snapshot()), spec_file)
+    experiment = store.experiment_id(spec.name, spec.spec_hash(), json.dumps(spec.snapshot()), str(spec_file))
     ids = []
     for i, value in enumerate(values):
         run = store.add_run(experiment_id=experiment, backend="slurm", token=f"{spec.name}-{random.random()}",
                             state="COMPLETED", job_id=str(1000 + len(store.runs())), ingested=0,
                             switches_json=json.dumps(spec.resolved_switches()), dsv4ctl_version="0.1.0",
                             pair_id=None if pair_start is None else pair_start + i, node="dcu-node07",
-                            tags=",".join(spec.tags))
+                            tags=",".join(spec.tags if tags is None else tags))
         passed = i >= bad
         store.save_verdict(run, {"status": "coherent" if passed else "degenerate", "passed": passed,
-                                 "false_green": False, "bos_run": 0 if passed else 31, "py_exit": 0,
+                                 "false_green": false_green and not passed, "bos_run": 0 if passed else 31, "py_exit": 0,
                                  "first_blocker": None if passed else {"line": 34, "kind": "degenerate_output"},
-                                 "requests": [{"token_ids": tokens or [5, 6, 7, 8]}], "metrics": {metric: value}})
+                                 "requests": [{"token_ids": tokens or [5, 6, 7, 8]}], "metrics": {metric: value, **(extra or {})}})
         ids.append(run)
     return ids
 
@@ -48,7 +49,9 @@ def test_clear_win_is_promoted(store):
     add_side(store, "j17-baseline.yaml", sample(rng, 101.3, 2, 10))
     add_side(store, "q1-off.yaml", sample(rng, 67.9, 2, 10))
     c = compare(store, "j17-baseline", "q1-off", "gen_s", expect_diff=["switches.DSV4_MOE_ROUTING_Q1"])
-    assert c.decision == "promote" and c.exit_code == 0 and c.significant and c.ratio < 0.7
+    gen_s = c.metric("gen_s")
+    assert c.decision == "promote" and c.exit_code == 0 and gen_s.significant and gen_s.ratio < 0.7
+    assert gen_s.baseline.ci_bounded and gen_s.ratio_ci[0] < gen_s.ratio < gen_s.ratio_ci[1]
     assert c.warnings == []
     assert [d["key"] for d in c.differences] == ["switches.DSV4_MOE_ROUTING_Q1"]
 
@@ -66,8 +69,8 @@ def test_overlap_is_inconclusive_with_runs_needed(store):
     add_side(store, "j17-baseline.yaml", sample(rng, 100, 8, 8))
     add_side(store, "q1-off.yaml", sample(rng, 99, 8, 8))
     c = compare(store, "j17-baseline", "q1-off")
-    assert c.decision == "inconclusive" and c.exit_code == 3 and c.runs_needed > 8
-    assert any("runs per side" in r for r in c.reasons)
+    assert c.decision == "inconclusive" and c.exit_code == 3 and c.metrics[0].runs_needed > 8
+    assert any("runs per side" in r for r in c.metrics[0].reasons)
 
 
 def test_a_failed_run_blocks_and_is_listed(store):
@@ -76,7 +79,7 @@ def test_a_failed_run_blocks_and_is_listed(store):
     add_side(store, "q1-off.yaml", sample(rng, 68, 1, 6), bad=1)
     c = compare(store, "j17-baseline", "q1-off")
     assert c.decision == "blocked" and c.exit_code == 1
-    assert c.candidate.failed_runs[0]["status"] == "degenerate"
+    assert c.candidate.failed_runs[0]["status"] == "degenerate" and c.metrics[0].decision == "blocked"
     assert "did not pass: degenerate (degenerate_output)" in c.reasons[0]
 
 
@@ -86,7 +89,7 @@ def test_too_few_samples_warn_like_benchstat(store):
     c = compare(store, "j17-baseline", "q1-off")
     assert c.decision == "inconclusive"  # best possible exact p with 3 vs 3 is 0.1
     assert any("need >= 4 samples" in w for w in c.warnings)
-    assert c.baseline.ci == (float("-inf"), float("inf"))
+    assert c.metrics[0].baseline.ci is None and not c.metrics[0].baseline.ci_bounded
 
 
 def test_unexpected_differences_are_warned(store):
@@ -104,7 +107,7 @@ def test_higher_is_better_metrics(store):
     add_side(store, "j17-baseline.yaml", sample(rng, 1.0, 0.02, 8), metric="tokens_per_s")
     add_side(store, "q1-off.yaml", sample(rng, 1.5, 0.02, 8), metric="tokens_per_s")
     c = compare(store, "j17-baseline", "q1-off", metric="tokens_per_s")
-    assert c.direction == "higher" and c.decision == "promote"
+    assert c.metrics[0].direction == "higher" and c.decision == "promote"
 
 
 def test_paired_analysis_and_token_differences(store):
@@ -112,7 +115,7 @@ def test_paired_analysis_and_token_differences(store):
     add_side(store, "j17-baseline.yaml", sample(rng, 100, 1, 8), pair_start=0)
     add_side(store, "q1-off.yaml", sample(rng, 80, 1, 8), pair_start=0, tokens=[5, 6, 9, 8])
     c = compare(store, "j17-baseline", "q1-off")
-    assert c.paired["pairs"] == 8 and c.paired["wilcoxon_p"] < 0.05
+    assert c.metrics[0].paired["pairs"] == 8 and c.metrics[0].paired["wilcoxon_p"] < 0.05
     assert c.token_differences == [{"request": 0, "position": 2, "baseline": 7, "candidate": 9}]
 
 
@@ -121,48 +124,108 @@ def test_sides_by_ids_tags_and_spec_files(store):
     a = add_side(store, "j17-baseline.yaml", sample(rng, 100, 1, 5))
     add_side(store, "q1-off.yaml", sample(rng, 70, 1, 5))
     c = compare(store, ",".join(map(str, a)), str(EXPERIMENTS / "q1-off.yaml"))
-    assert c.baseline.n == 5 and c.candidate.n == 5
+    assert c.metrics[0].baseline.n == 5 and c.metrics[0].candidate.n == 5
     c = compare(store, "j17-baseline", "tag:ab")  # q1-off.yaml carries the tag `ab`
-    assert c.candidate.n == 5
+    assert c.metrics[0].candidate.n == 5
     from dsv4ctl.compare import CompareError
 
     with pytest.raises(CompareError, match="no stored runs"):
         compare(store, "nope", "q1-off")
 
 
-def test_cli_json_contract_markdown_and_exit_codes(cli, tmp_path):
-    store = open_store(tmp_path / "r.db")
-    rng = random.Random(9)
-    add_side(store, "j17-baseline.yaml", sample(rng, 100, 3, 6))
-    add_side(store, "q1-off.yaml", sample(rng, 100, 3, 6))
-    result = cli("compare", "j17-baseline", "q1-off", "--db", tmp_path / "r.db", "--json")
-    data = json.loads(result.stdout)
-    assert result.exit_code == 3
-    for key in ("metric", "baseline", "candidate", "ratio", "ratio_ci", "p_value", "significant", "decision",
-                "differences"):
-        assert key in data
-    for key in ("name", "n", "median", "ci", "failed_runs"):
-        assert key in data["baseline"]
-    md = cli("compare", "j17-baseline", "q1-off", "--db", tmp_path / "r.db", "--markdown").stdout
-    assert md.startswith("**inconclusive**") and "| median gen_s |" in md
-    human = cli("compare", "j17-baseline", "q1-off", "--db", tmp_path / "r.db").stdout
-    assert "INCONCLUSIVE" in human and "what differs" in human
+def test_sides_that_mix_specs_are_grouped_by_experiment(store):
+    """tag:baseline may hold several experiments: no traceback, the groups are listed and the pooling is said."""
+    add_side(store, "j17-baseline.yaml", [100.0, 101.0, 99.0, 100.5, 100.2, 99.7], tags=["baseline"])
+    add_side(store, "cpu-smoke.yaml", [10.0, 11.0, 9.0], tags=["baseline"])
+    add_side(store, "q1-off.yaml", [70.0, 71.0, 69.0, 70.5, 70.2, 69.7], tags=["candidate"])
+    c = compare(store, "tag:baseline", "tag:candidate")
+    assert c.mixed and [g["experiment"] for g in c.baseline.experiments] == ["cpu-smoke", "j17-baseline"]
+    assert c.baseline.experiments[0] == {"experiment": "cpu-smoke", "runs": 3, "passed": 3}
+    groups = {g["experiment"]: g for g in c.metrics[0].baseline.by_experiment}
+    assert groups["cpu-smoke"]["median"] == 10.0 and groups["j17-baseline"]["n"] == 6
+    assert any("baseline mixes 2 experiments (cpu-smoke, j17-baseline)" in w for w in c.warnings)
+    platform = next(d for d in c.differences if d["key"] == "platform")
+    assert platform["baseline"] == ["cpu", "gfx936"] and platform["candidate"] == ["gfx936"]
+    # a key one spec of a side lacks is null on that side, and values of mixed types are listed without error
+    dtype = next(d for d in c.differences if d["key"] == "model.dtype")
+    assert dtype["baseline"] == ["float32", None] and dtype["candidate"] == [None]
 
 
-def test_end_to_end_through_ingest_of_logs_with_metrics(cli, tmp_path):
-    """Logs with DSV4_METRICS lines, ingested as two experiments, compared."""
-    base_text = (FIXTURES / "logs" / "J17.log").read_text(encoding="utf-8")
-    db = str(tmp_path / "r.db")
-    rng = random.Random(10)
-    for side, centre in (("q1-on", 67.9), ("q1-off", 101.3)):
-        for i in range(6):
-            gen_s = rng.gauss(centre, 1.5)
-            log = tmp_path / f"{side}-{i}.log"
-            log.write_text(base_text.replace('"gen_s": 21.7', f'"gen_s": {gen_s:.3f}'), encoding="utf-8")
-            flag = "1" if side == "q1-on" else "0"
-            assert cli("ingest", "--log", log, "--sacct", FIXTURES / "logs" / "J17.sacct", "--experiment", side,
-                       "--switch", f"DSV4_MOE_ROUTING_Q1={flag}", "--db", db).exit_code == 0
-    result = cli("compare", "q1-off", "q1-on", "--db", db, "--json", "--expect-diff", "switches.DSV4_MOE_ROUTING_Q1")
-    data = json.loads(result.stdout)
-    assert result.exit_code == 0 and data["decision"] == "promote" and data["warnings"] == []
-    assert data["ratio"] == pytest.approx(67.9 / 101.3, rel=0.05)
+def test_throughput_settings_are_listed_and_explained(store, tmp_path):
+    warmed = tmp_path / "warmed.yaml"
+    warmed.write_text(f"extends: {EXPERIMENTS / 'j17-baseline.yaml'}\nname: warmed\n"
+                      "throughput: {iterations: 5, warmup: 2}\n", encoding="utf-8")
+    add_side(store, "j17-baseline.yaml", [100.0] * 6)
+    add_side(store, warmed, [90.0] * 6)
+    c = compare(store, "j17-baseline", "warmed", expect_diff=["switches.DSV4_MOE_ROUTING_Q1"])
+    diffs = {d["key"]: (d["baseline"], d["candidate"]) for d in c.differences}
+    assert diffs["throughput.iterations"] == ([0], [5]) and diffs["throughput.warmup"] == ([1], [2])
+    assert any("one cold generation per run" in w and "the median of 5 generations after 2 warm-up" in w
+               for w in c.warnings)
+    assert any("also differ in: throughput.iterations, throughput.warmup" in w for w in c.warnings)
+
+
+def test_the_readme_ab_example_differs_only_in_its_switch(store):
+    """README: `compare j17-baseline q1-off --expect-diff switches.DSV4_MOE_ROUTING_Q1` measures like with like."""
+    add_side(store, "j17-baseline.yaml", [100.0] * 6)
+    add_side(store, "q1-off.yaml", [70.0] * 6)
+    c = compare(store, "j17-baseline", "q1-off", expect_diff=["switches.DSV4_MOE_ROUTING_Q1"])
+    assert [d["key"] for d in c.differences] == ["switches.DSV4_MOE_ROUTING_Q1"] and c.warnings == []
+
+
+def test_an_unbounded_interval_is_never_promoted(store):
+    """5 against 5 fully separated: p = 0.008 < 0.05, but the medians' 95% intervals are unbounded (n < 6)."""
+    add_side(store, "j17-baseline.yaml", [100.0, 101.0, 99.0, 100.5, 99.5])
+    add_side(store, "q1-off.yaml", [70.0, 71.0, 69.0, 70.5, 69.5])
+    c = compare(store, "j17-baseline", "q1-off")
+    gen_s = c.metrics[0]
+    assert gen_s.significant and gen_s.baseline.ci is None and gen_s.ratio_ci is None
+    assert c.decision == "inconclusive" and c.exit_code == 3
+    assert any("need >= 6 samples per side for a bounded 95% interval" in r and "not promoted" in r
+               for r in gen_s.reasons)
+    assert gen_s.runs_needed >= 6 and c.min_runs_bounded_ci == 6
+    add_side(store, "j17-baseline.yaml", [100.2])
+    add_side(store, "q1-off.yaml", [70.2])
+    assert compare(store, "j17-baseline", "q1-off").decision == "promote"  # 6 a side: bounded
+
+
+def test_several_metrics_one_decision(store):
+    rng = random.Random(11)
+    base = [{"ttft_s": v} for v in sample(rng, 0.5, 0.01, 8)]
+    cand = [{"ttft_s": v} for v in sample(rng, 0.8, 0.01, 8)]
+    for spec, centre, extra in (("j17-baseline.yaml", 100, base), ("q1-off.yaml", 70, cand)):
+        for value, more in zip(sample(rng, centre, 1, 8), extra):
+            add_side(store, spec, [value], extra=more)
+    c = compare(store, "j17-baseline", "q1-off", ["gen_s", "ttft_s"])
+    assert [(m.metric, m.decision) for m in c.metrics] == [("gen_s", "promote"), ("ttft_s", "reject")]
+    assert c.decision == "reject" and c.exit_code == 1  # the worst metric decides
+
+
+def test_an_unknown_metric_is_a_usage_error_naming_the_present_ones(store):
+    from dsv4ctl.compare import UnknownMetric
+
+    add_side(store, "j17-baseline.yaml", [100.0] * 3, extra={"ttft_s": 0.5})
+    add_side(store, "q1-off.yaml", [70.0] * 3)
+    with pytest.raises(UnknownMetric, match=r"'gen_S'; metrics present: gen_s, ttft_s \(did you mean gen_s\?\)"):
+        compare(store, "j17-baseline", "q1-off", "gen_S")
+    assert UnknownMetric.exit_code == 2
+
+
+def test_a_false_green_run_is_named_so(store):
+    add_side(store, "j17-baseline.yaml", [100.0] * 6)
+    add_side(store, "q1-off.yaml", [70.0] * 6, bad=1, false_green=True)
+    c = compare(store, "j17-baseline", "q1-off")
+    assert c.decision == "blocked" and "did not pass: degenerate FALSE GREEN (degenerate_output)" in c.reasons[0]
+    assert c.candidate.failed_runs[0]["false_green"] is True
+
+
+def test_versions_are_compared_when_the_store_keeps_them(store):
+    """Provenance columns the store may add later (vllm_version, torch_version) are listed when present."""
+    a = add_side(store, "j17-baseline.yaml", [100.0] * 6)
+    b = add_side(store, "q1-off.yaml", [70.0] * 6)
+    store.db.execute("ALTER TABLE runs ADD COLUMN vllm_version TEXT")
+    for ids, version in ((a, "0.11.0"), (b, "0.11.1")):
+        store.db.execute(f"UPDATE runs SET vllm_version = ? WHERE id IN ({','.join('?' * len(ids))})",
+                         [version, *ids])
+    c = compare(store, "j17-baseline", "q1-off")
+    assert {"key": "provenance.vllm_version", "baseline": ["0.11.0"], "candidate": ["0.11.1"]} in c.differences

@@ -10,22 +10,10 @@ from .. import output
 from .options import DbOpt, JsonOpt, check_alpha, check_direction, check_factor
 
 SideArg = Annotated[str, typer.Argument(help="Experiment name, spec file, run/job ids (12,13) or tag:NAME.")]
+MetricOpt = Annotated[str, typer.Option(help="Stored metrics, comma-separated (gen_s,ttft_s).")]
 
 
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4g}"
-
-
-def _ci(ci) -> str:
-    if ci is None:
-        return "-"
-    lo, hi = ci
-    return "±∞ (need more runs)" if lo == float("-inf") or hi == float("inf") else f"[{_fmt(lo)}, {_fmt(hi)}]"
-
-
-def compare(baseline: SideArg, candidate: SideArg,
-            metric: Annotated[str, typer.Option(help="A stored metric (gen_s, tokens_per_s, ttft_s, ...).")]
-            = "gen_s",
+def compare(baseline: SideArg, candidate: SideArg, metric: MetricOpt = "gen_s",
             alpha: Annotated[float, typer.Option(help="Significance level of the Mann-Whitney U test.",
                                                   callback=check_alpha)] = 0.05,
             factor: Annotated[float, typer.Option(help="Smallest improvement worth promoting (1.05 = 5%).",
@@ -40,11 +28,19 @@ def compare(baseline: SideArg, candidate: SideArg,
             markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table.")] = False,
             db: DbOpt = None, json: JsonOpt = False) -> None:
     """Compare two sets of runs: correctness gate, what differs, statistics, decision.
-    Exit 0 promote, 1 reject or blocked, 3 inconclusive."""
+    Exit 0 promote, 1 reject or blocked, 3 inconclusive, 2 usage (an unknown metric)."""
     from ..compare import compare as run_compare
+    from ..compare import parse_metrics
+    from ..errors import Dsv4Error
     from ..store import open_store
 
-    result = run_compare(open_store(db), baseline, candidate, metric, alpha, factor, expect_diff, direction)
+    try:
+        result = run_compare(open_store(db), baseline, candidate, parse_metrics(metric), alpha, factor, expect_diff,
+                             direction)
+    except Dsv4Error as exc:
+        if not json:
+            raise
+        raise typer.Exit(json_error(exc)) from None
     if json:
         output.emit_json(result.to_json())
     elif markdown:
@@ -54,28 +50,83 @@ def compare(baseline: SideArg, candidate: SideArg,
     raise typer.Exit(result.exit_code)
 
 
-def rows(c) -> list[tuple[str, str, str]]:
-    b, k = c.baseline, c.candidate
-    return [("runs (passed / all)", f"{b.n} / {len(b.runs)}", f"{k.n} / {len(k.runs)}"),
-            (f"median {c.metric}", _fmt(b.median), _fmt(k.median)),
-            ("95% CI of the median", _ci(b.ci), _ci(k.ci))]
+def json_error(exc: Exception) -> int:
+    """With --json a failure is a JSON object on stderr too: {"error": {"message", "hint", "exit_code"}}."""
+    import json
+    import sys
+
+    from ..errors import explain
+
+    explained = explain(exc)
+    sys.stderr.write(json.dumps({"error": {"message": explained.message, "hint": explained.hint,
+                                           "exit_code": explained.exit_code}}, ensure_ascii=False) + "\n")
+    return explained.exit_code
+
+
+# ---- drawing --------------------------------------------------------------------------------------------------------
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _p(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2g}"
+
+
+def centre(s) -> str:
+    """`101.3 ±1.2%`: the median and the half-width of its 95% interval (benchstat's style); ±∞ when unbounded."""
+    if s.median is None:
+        return "-"
+    if s.ci is None:
+        return f"{_fmt(s.median)} ±∞"
+    half = max(s.median - s.ci[0], s.ci[1] - s.median)
+    return f"{_fmt(s.median)} ±{100 * half / abs(s.median):.2g}%" if s.median else f"{_fmt(s.median)} ±{half:.2g}"
+
+
+def _side_line(label: str, side) -> str:
+    mix = f", {len(side.experiments)} experiments" if len(side.experiments) > 1 else ""
+    return f"{label} {side.name}: {len(side.runs)} runs, {len(side.runs) - len(side.failed_runs)} passed{mix}"
+
+
+def metric_rows(c) -> list[tuple[str, ...]]:
+    return [(m.metric + (" ↓" if m.direction == "lower" else " ↑"), centre(m.baseline), centre(m.candidate),
+             _fmt(m.ratio), _p(m.p_value), m.decision) for m in c.metrics]
+
+
+METRIC_COLUMNS = ["metric", "baseline", "candidate", "ratio", "p", "decision"]
+
+
+def _notes(c) -> list[str]:
+    several = len(c.metrics) > 1
+    lines = list(c.reasons)
+    unbounded: dict[tuple[int, int], list[str]] = {}
+    for m in c.metrics:
+        if not c.reasons:  # failed runs block every metric: said once above
+            lines += [f"{m.metric}: {r}" if several else r for r in m.reasons]
+        if (m.baseline.n and not m.baseline.ci_bounded) or (m.candidate.n and not m.candidate.ci_bounded):
+            unbounded.setdefault((m.baseline.n, m.candidate.n), []).append(m.metric)
+        if m.paired:
+            lines.append(f"{m.metric} paired: {m.paired['pairs']} pairs, median difference "
+                         f"{_fmt(m.paired['median_difference'])}, Wilcoxon p = {_p(m.paired['wilcoxon_p'])}")
+    for (nb, nc), names in unbounded.items():
+        lines.append(f"±∞: need >= {c.min_runs_bounded_ci} samples per side for a bounded 95% interval "
+                     "(" + (f"{', '.join(names)}: " if several else "") + f"have {nb} and {nc})")
+    return lines
 
 
 def show(c) -> None:
     style = {"promote": "bold green", "reject": "bold red", "blocked": "bold red"}.get(c.decision, "bold yellow")
-    output.markup(f"[{style}]{c.decision.upper()}[/] — {output.escape(c.metric)} ({c.direction} is better), "
-                  f"candidate/baseline {_fmt(c.ratio)}" + (f" {_ci(c.ratio_ci)}" if c.ratio_ci else "")
-                  + f", p = {_fmt(c.p_value)}" + (" (significant)" if c.significant else ""))
-    output.table(None, ["", c.baseline.name, c.candidate.name], rows(c))
-    for reason in c.reasons:
-        output.text(f"  • {reason}")
-    if c.paired:
-        output.text(f"  paired: {c.paired['pairs']} pairs, median difference {_fmt(c.paired['median_difference'])}, "
-                    f"Wilcoxon p = {_fmt(c.paired['wilcoxon_p'])}")
+    output.markup(f"[{style}]{c.decision.upper()}[/] at alpha {c.alpha}, factor {c.factor}")
+    for line in (_side_line("baseline ", c.baseline), _side_line("candidate", c.candidate), LEGEND):
+        _wrapped(line)
+    output.table(None, METRIC_COLUMNS, metric_rows(c))
+    for note in _notes(c):
+        _wrapped(note, "  • ")
+    if c.mixed:
+        output.table("runs per experiment (pooled within a side)", group_columns(c), group_rows(c))
     if c.differences:
-        output.table("what differs", ["setting", "baseline", "candidate"],
-                     [(d["key"], ", ".join(map(str, d["baseline"])), ", ".join(map(str, d["candidate"])))
-                      for d in c.differences])
+        output.table("what differs", ["setting", "baseline", "candidate"], difference_rows(c))
     for t in c.token_differences:
         output.warn(f"greedy outputs differ: request {t['request']}, token {t['position']}: "
                     f"{t['baseline']} vs {t['candidate']}")
@@ -83,16 +134,56 @@ def show(c) -> None:
         output.warn(warning)
 
 
+LEGEND = "ratio: candidate / baseline median; ↓ lower is better, ↑ higher"
+
+
+def _wrapped(text: str, first: str = "") -> None:
+    """Plain lines within 80 columns (the console soft-wraps, which would let them run past a narrow terminal)."""
+    import textwrap
+
+    output.text(textwrap.fill(text, 80, initial_indent=first, subsequent_indent=" " * len(first),
+                              break_on_hyphens=False))
+
+
+def group_columns(c) -> list[str]:
+    return ["side", "experiment", "runs", "passed"] + [f"median {m.metric}" for m in c.metrics]
+
+
+def group_rows(c) -> list[tuple[str, ...]]:
+    rows = []
+    for label, side in (("baseline", c.baseline), ("candidate", c.candidate)):
+        for i, g in enumerate(side.experiments):
+            medians = [_fmt(getattr(m, label).by_experiment[i]["median"]) for m in c.metrics]
+            rows.append((label, g["experiment"], str(g["runs"]), str(g["passed"]), *medians))
+    return rows
+
+
+def _values(values: list) -> str:
+    """Each side's distinct values: strings as they are, anything else as JSON (null, [..], true)."""
+    import json
+
+    return ", ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values)
+
+
+def difference_rows(c) -> list[tuple[str, str, str]]:
+    return [(d["key"], _values(d["baseline"]), _values(d["candidate"])) for d in c.differences]
+
+
 def to_markdown(c) -> str:
     from ..report import md
 
-    lines = [f"**{c.decision}** — `{md(c.metric)}` ({c.direction} is better): candidate/baseline {_fmt(c.ratio)}, "
-             f"p = {_fmt(c.p_value)}", "", f"| | {md(c.baseline.name)} | {md(c.candidate.name)} |", "|---|---:|---:|"]
-    lines += [f"| {md(a)} | {md(b)} | {md(d)} |" for a, b, d in rows(c)]
-    lines += [""] + [f"- {md(r)}" for r in c.reasons] + [f"- warning: {md(w)}" for w in c.warnings]
+    def table(columns: list[str], rows: list[tuple[str, ...]]) -> list[str]:
+        return ["| " + " | ".join(map(md, columns)) + " |", "|" + "---|" * len(columns)] + [
+            "| " + " | ".join(md(cell) for cell in row) + " |" for row in rows]
+
+    lines = [f"**{c.decision}** at alpha {c.alpha}, factor {c.factor}; {LEGEND}", "",
+             f"- {md(_side_line('baseline', c.baseline))}", f"- {md(_side_line('candidate', c.candidate))}", ""]
+    lines += table(METRIC_COLUMNS, metric_rows(c))
+    lines += [""] + [f"- {md(note)}" for note in _notes(c)] + [f"- warning: {md(w)}" for w in c.warnings]
+    if c.mixed:
+        lines += [""] + table(group_columns(c), group_rows(c))
     if c.differences:
-        lines += ["", "| setting | baseline | candidate |", "|---|---|---|"]
-        lines += [f"| {md(d['key'])} | {md(d['baseline'])} | {md(d['candidate'])} |" for d in c.differences]
+        lines += [""] + table(["setting", "baseline", "candidate"], difference_rows(c))
     return "\n".join(lines) + "\n"
 
 
