@@ -2,18 +2,27 @@
 
 The HTML page is self-contained (inline CSS and SVG, no scripts, no network): the campaign table in the spirit of
 the port report's §6.1 (job, state, exit, elapsed, verdict, first blocker), failure rate per point with Wilson 95%
-intervals, and the distribution of a metric per experiment for A/B campaigns.
+intervals, and the distribution of a metric per experiment for A/B campaigns, with `compare`'s decision, ratio, p,
+what differs and each side's provenance.
 """
 
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
-from typing import Any
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from . import stats
 from .store import Store
 from .sweep import SweepSummary, summarise_campaign
+
+if TYPE_CHECKING:
+    from .compare import Comparison
+
+# Provenance a run may carry; the versions only once the store records them (see `compare.PROVENANCE_COLUMNS`).
+PROVENANCE = (("git sha", "git_sha"), ("dsv4ctl", "dsv4ctl_version"), ("node", "node"), ("vLLM", "vllm_version"),
+              ("torch", "torch_version"), ("Triton", "triton_version"))
 
 
 @dataclass
@@ -23,6 +32,9 @@ class ReportData:
     sweep: SweepSummary
     metric: str
     distributions: list[tuple[str, list[float]]]
+    ab: "Comparison | None" = None
+    ab_error: str | None = None  # why an A/B campaign has no comparison (e.g. the metric is not stored)
+    provenance: list[dict[str, Any]] = field(default_factory=list)  # [{side, name, facts: [(label, values)]}]
 
 
 def report_data(store: Store, campaign: str, metric: str = "gen_s") -> ReportData:
@@ -44,7 +56,54 @@ def report_data(store: Store, campaign: str, metric: str = "gen_s") -> ReportDat
         value = store.metrics(row.id).get(metric)
         if value is not None and verdict.get("passed"):
             distributions.setdefault(row.experiment, []).append(value)
-    return ReportData(info, runs, summarise_campaign(store, campaign), metric, list(distributions.items()))
+    data = ReportData(info, runs, summarise_campaign(store, campaign), metric, list(distributions.items()))
+    sides = ab_sides(rows)
+    if sides:
+        add_comparison(store, data, *sides)
+    return data
+
+
+def ab_sides(rows: list) -> tuple[list, list] | None:
+    """The two sides of an A/B campaign: the runs `submit --ab` recorded as baseline and candidate, or else the
+    runs of its two experiments, the first submitted as the baseline. None for anything else."""
+    base = [r for r in rows if r.side == "baseline"]
+    cand = [r for r in rows if r.side == "candidate"]
+    if base and cand:
+        return base, cand
+    names = list(dict.fromkeys(r.experiment for r in rows))
+    if len(names) != 2:
+        return None
+    return [r for r in rows if r.experiment == names[0]], [r for r in rows if r.experiment == names[1]]
+
+
+def add_comparison(store: Store, data: ReportData, base_rows: list, cand_rows: list) -> None:
+    from .compare import Side, compare_sides, load_rows
+    from .errors import Dsv4Error
+
+    def side(rows: list) -> Side:
+        return Side(", ".join(dict.fromkeys(r.experiment for r in rows)), load_rows(store, [r.id for r in rows]))
+
+    try:
+        data.ab = compare_sides(store, side(base_rows), side(cand_rows), data.metric)
+    except Dsv4Error as exc:
+        data.ab_error = str(exc)
+    for label, rows in (("baseline", base_rows), ("candidate", cand_rows)):
+        data.provenance.append({"side": label, "name": ", ".join(dict.fromkeys(r.experiment for r in rows)),
+                                "facts": provenance(rows)})
+
+
+def provenance(rows: list) -> list[tuple[str, str]]:
+    """Each provenance fact of a side's runs with its distinct values; a version the store does not keep is said
+    to be not recorded rather than left out."""
+    facts = []
+    for label, column in PROVENANCE:
+        values = sorted({str(r.data[column]) for r in rows if r.data.get(column) is not None})
+        facts.append((label, ", ".join(values) if values else
+                      ("not recorded" if column in rows[0].data else "not recorded by this store")))
+    switches = sorted({r.switches_json or "{}" for r in rows})
+    facts.append(("switches", " | ".join(" ".join(f"{k}={v}" for k, v in sorted(json.loads(s).items()))
+                                         for s in switches) or "none"))
+    return facts
 
 
 # ---- SVG ------------------------------------------------------------------------------------------------------------
@@ -131,7 +190,8 @@ def render_html(data: ReportData) -> str:
 
     return _environment().get_template("report.html.j2").render(
         data=data, rates_svg=svg_rates(data.sweep), strip_svg=svg_strip(data.distributions, data.metric),
-        passed=sum(1 for r in data.runs if r["passed"]))
+        passed=sum(1 for r in data.runs if r["passed"]), ab_rows=metric_rows(data.ab) if data.ab else [],
+        values=values)
 
 
 def md(value: Any) -> str:
@@ -148,7 +208,7 @@ def render_markdown(data: ReportData) -> str:
              "| run | experiment | job | state | exit | elapsed | verdict | first blocker |",
              "|---:|---|---|---|---|---:|---|---|"]
     for r in data.runs:
-        verdict = r["verdict"] + (" (false green)" if r["false_green"] else "")
+        verdict = r["verdict"] + (" FALSE GREEN" if r["false_green"] else "")
         cells = [r["run"], r["experiment"], r["job"], r["state"], r["exit"], r["elapsed"], verdict, r["blocker"]]
         lines.append("| " + " | ".join(md(cell) for cell in cells) + " |")
     lines += ["", "## Failure rate per point (Wilson 95%)", "", "| point | failures | rate | interval |",
@@ -159,4 +219,57 @@ def render_markdown(data: ReportData) -> str:
                      f"{p.interval[0]:.0%}–{p.interval[1]:.0%} |")
     if data.sweep.boundary:
         lines += ["", f"Failures start at **{md(data.sweep.boundary.label)}**."]
+    if data.ab or data.ab_error:
+        lines += ["", "## A/B comparison", ""] + markdown_comparison(data)
     return "\n".join(lines) + "\n"
+
+
+def markdown_comparison(data: ReportData) -> list[str]:
+    if data.ab is None:
+        return [f"No comparison: {md(data.ab_error)}"]
+    c = data.ab
+    lines = [f"**{c.decision}** — {md(data.provenance[1]['name'])} against {md(data.provenance[0]['name'])}", "",
+             "| metric | baseline | candidate | ratio | p | decision |", "|---|---:|---:|---:|---:|---|"]
+    lines += ["| " + " | ".join(md(cell) for cell in row) + " |" for row in metric_rows(c)]
+    lines += [""] + [f"- {md(r)}" for r in c.reasons + [r for m in c.metrics for r in m.reasons]]
+    lines += [f"- warning: {md(w)}" for w in c.warnings]
+    lines += ["", "| differs | baseline | candidate |", "|---|---|---|"]
+    lines += [f"| {md(d['key'])} | {md(values(d['baseline']))} | {md(values(d['candidate']))} |"
+              for d in c.differences] or ["| nothing | | |"]
+    lines += ["", "| provenance | baseline | candidate |", "|---|---|---|"]
+    base, cand = data.provenance
+    lines += [f"| {md(label)} | {md(left)} | {md(right)} |"
+              for (label, left), (_, right) in zip(base["facts"], cand["facts"])]
+    return lines
+
+
+# ---- cells shared with `dsv4ctl compare` ------------------------------------------------------------------------------
+
+
+def number(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def p_text(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2g}"
+
+
+def centre(s) -> str:
+    """`101.3 ±1.2%`: a side's median and the half-width of its 95% interval (benchstat's style); ±∞ unbounded."""
+    if s.median is None:
+        return "-"
+    if s.ci is None:
+        return f"{number(s.median)} ±∞"
+    half = max(s.median - s.ci[0], s.ci[1] - s.median)
+    return f"{number(s.median)} ±{100 * half / abs(s.median):.2g}%" if s.median else f"{number(s.median)} ±{half:.2g}"
+
+
+def metric_rows(c: "Comparison") -> list[tuple[str, ...]]:
+    """One row per metric: metric (↓ lower / ↑ higher is better), both sides, ratio, p, decision."""
+    return [(m.metric + (" ↓" if m.direction == "lower" else " ↑"), centre(m.baseline), centre(m.candidate),
+             number(m.ratio), p_text(m.p_value), m.decision) for m in c.metrics]
+
+
+def values(items: list) -> str:
+    """A side's distinct values of a setting: strings as they are, anything else as JSON (null, [..], true)."""
+    return ", ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in items)

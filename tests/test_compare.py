@@ -229,3 +229,61 @@ def test_versions_are_compared_when_the_store_keeps_them(store):
                          [version, *ids])
     c = compare(store, "j17-baseline", "q1-off")
     assert {"key": "provenance.vllm_version", "baseline": ["0.11.0"], "candidate": ["0.11.1"]} in c.differences
+
+
+def ab_campaign(store, base: list[float], cand: list[float], **facts) -> None:
+    """An A/B campaign as `submit --ab` records it: runs paired, with their side and provenance."""
+    campaign = store.create_campaign("ab1", "slurm", "dsv4ctl submit --ab j17-baseline.yaml q1-off.yaml")
+    for spec, values, side in (("j17-baseline.yaml", base, "baseline"), ("q1-off.yaml", cand, "candidate")):
+        for run in add_side(store, spec, values, pair_start=0):
+            store.update_run(run, campaign_id=campaign, side=side, git_sha="4be2c1d-dirty", **facts)
+
+
+def test_the_report_of_an_ab_campaign_shows_the_decision_and_provenance(store, tmp_path):
+    import shutil
+    import subprocess
+
+    from dsv4ctl.report import render_html, render_markdown, report_data
+
+    rng = random.Random(12)
+    ab_campaign(store, sample(rng, 101.3, 1, 8), sample(rng, 67.9, 1, 8))
+    data = report_data(store, "ab1")
+    assert data.ab.decision == "promote"
+    page = render_html(data)
+    for text in ('<span class="decision promote">promote</span>', "j17-baseline (baseline)", "q1-off (candidate)",
+                 "<code>switches.DSV4_MOE_ROUTING_Q1</code>", "<td>1</td><td>0</td>", "4be2c1d-dirty",
+                 "DSV4_MOE_ROUTING_Q1=0", "not recorded by this store", f"{data.ab.metrics[0].ratio:.4g}",
+                 f"{data.ab.metrics[0].p_value:.2g}"):
+        assert text in page, text
+    md = render_markdown(data)
+    assert "## A/B comparison" in md and "**promote**" in md and "| switches.DSV4_MOE_ROUTING_Q1 | 1 | 0 |" in md
+    assert "| git sha | 4be2c1d-dirty | 4be2c1d-dirty |" in md and "| vLLM | not recorded by this store |" in md
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is missing: ./scripts/setup installs it")
+    (tmp_path / "ab.html").write_text(page, encoding="utf-8")
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                          f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", f"file://{tmp_path / 'ab.html'}"],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert "A/B comparison" in dom and "what differs" in dom and "4be2c1d-dirty" in dom
+
+
+def test_the_report_says_why_an_ab_campaign_has_no_comparison(store):
+    from dsv4ctl.report import render_html, report_data
+
+    ab_campaign(store, [100.0] * 6, [70.0] * 6)
+    data = report_data(store, "ab1", metric="gen_S")
+    assert data.ab is None and "metrics present: gen_s" in data.ab_error
+    assert "No comparison: no run of either side has the metric" in render_html(data)
+
+
+def test_the_markdown_report_spells_false_green_one_way(store):
+    from dsv4ctl.report import render_markdown, report_data
+
+    ab_campaign(store, [100.0] * 6, [70.0] * 6)
+    store.db.execute("UPDATE verdicts SET passed = 0, status = 'degenerate', false_green = 1, verdict_json = "
+                     "json_set(verdict_json, '$.passed', json('false'), '$.false_green', json('true'), "
+                     "'$.status', 'degenerate') WHERE run_id = 1")
+    store.db.commit()
+    md = render_markdown(report_data(store, "ab1"))
+    assert "degenerate FALSE GREEN" in md and "false green" not in md

@@ -66,38 +66,17 @@ def json_error(exc: Exception) -> int:
 # ---- drawing --------------------------------------------------------------------------------------------------------
 
 
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4g}"
-
-
-def _p(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2g}"
-
-
-def centre(s) -> str:
-    """`101.3 ±1.2%`: the median and the half-width of its 95% interval (benchstat's style); ±∞ when unbounded."""
-    if s.median is None:
-        return "-"
-    if s.ci is None:
-        return f"{_fmt(s.median)} ±∞"
-    half = max(s.median - s.ci[0], s.ci[1] - s.median)
-    return f"{_fmt(s.median)} ±{100 * half / abs(s.median):.2g}%" if s.median else f"{_fmt(s.median)} ±{half:.2g}"
-
-
 def _side_line(label: str, side) -> str:
     mix = f", {len(side.experiments)} experiments" if len(side.experiments) > 1 else ""
     return f"{label} {side.name}: {len(side.runs)} runs, {len(side.runs) - len(side.failed_runs)} passed{mix}"
-
-
-def metric_rows(c) -> list[tuple[str, ...]]:
-    return [(m.metric + (" ↓" if m.direction == "lower" else " ↑"), centre(m.baseline), centre(m.candidate),
-             _fmt(m.ratio), _p(m.p_value), m.decision) for m in c.metrics]
 
 
 METRIC_COLUMNS = ["metric", "baseline", "candidate", "ratio", "p", "decision"]
 
 
 def _notes(c) -> list[str]:
+    from ..report import number, p_text
+
     several = len(c.metrics) > 1
     lines = list(c.reasons)
     unbounded: dict[tuple[int, int], list[str]] = {}
@@ -108,7 +87,7 @@ def _notes(c) -> list[str]:
             unbounded.setdefault((m.baseline.n, m.candidate.n), []).append(m.metric)
         if m.paired:
             lines.append(f"{m.metric} paired: {m.paired['pairs']} pairs, median difference "
-                         f"{_fmt(m.paired['median_difference'])}, Wilcoxon p = {_p(m.paired['wilcoxon_p'])}")
+                         f"{number(m.paired['median_difference'])}, Wilcoxon p = {p_text(m.paired['wilcoxon_p'])}")
     for (nb, nc), names in unbounded.items():
         lines.append(f"±∞: need >= {c.min_runs_bounded_ci} samples per side for a bounded 95% interval "
                      "(" + (f"{', '.join(names)}: " if several else "") + f"have {nb} and {nc})")
@@ -116,6 +95,8 @@ def _notes(c) -> list[str]:
 
 
 def show(c) -> None:
+    from ..report import metric_rows
+
     style = {"promote": "bold green", "reject": "bold red", "blocked": "bold red"}.get(c.decision, "bold yellow")
     output.markup(f"[{style}]{c.decision.upper()}[/] at alpha {c.alpha}, factor {c.factor}")
     for line in (_side_line("baseline ", c.baseline), _side_line("candidate", c.candidate), LEGEND):
@@ -150,27 +131,24 @@ def group_columns(c) -> list[str]:
 
 
 def group_rows(c) -> list[tuple[str, ...]]:
+    from ..report import number
+
     rows = []
     for label, side in (("baseline", c.baseline), ("candidate", c.candidate)):
         for i, g in enumerate(side.experiments):
-            medians = [_fmt(getattr(m, label).by_experiment[i]["median"]) for m in c.metrics]
+            medians = [number(getattr(m, label).by_experiment[i]["median"]) for m in c.metrics]
             rows.append((label, g["experiment"], str(g["runs"]), str(g["passed"]), *medians))
     return rows
 
 
-def _values(values: list) -> str:
-    """Each side's distinct values: strings as they are, anything else as JSON (null, [..], true)."""
-    import json
-
-    return ", ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values)
-
-
 def difference_rows(c) -> list[tuple[str, str, str]]:
-    return [(d["key"], _values(d["baseline"]), _values(d["candidate"])) for d in c.differences]
+    from ..report import values
+
+    return [(d["key"], values(d["baseline"]), values(d["candidate"])) for d in c.differences]
 
 
 def to_markdown(c) -> str:
-    from ..report import md
+    from ..report import md, metric_rows
 
     def table(columns: list[str], rows: list[tuple[str, ...]]) -> list[str]:
         return ["| " + " | ".join(map(md, columns)) + " |", "|" + "---|" * len(columns)] + [
