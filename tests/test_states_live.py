@@ -20,6 +20,21 @@ pytestmark = pytest.mark.slurm
 LOGS = FIXTURES / "logs"
 
 
+@pytest.fixture
+def followed():
+    """Runs made with `follow(...)`, cancelled at the end whatever happened."""
+    runs: list[Followed] = []
+
+    def follow(*args, **kwargs) -> "Followed":
+        runs.append(Followed(*args, **kwargs))
+        return runs[-1]
+
+    yield follow
+    for run in runs:
+        if run.row().state not in FINAL:
+            run.cancel()
+
+
 class Followed:
     """One run submitted to the cluster and polled the way `status --watch` polls it, every state kept."""
 
@@ -31,6 +46,11 @@ class Followed:
         self.job_id = self.row().job_id
         self.seen: list[str] = []
         self.progress: list[str] = []
+
+    def cancel(self) -> None:
+        """A failed test must not leave a stopped or held job holding the node for the next tests."""
+        external.run(["scancel", "--full", "--signal=CONT", self.job_id])
+        external.run(["scancel", self.job_id])
 
     def row(self):
         return self.store.find_run(str(self.run_id))
@@ -73,8 +93,8 @@ def slurm(*argv: str) -> None:
     assert result.ok, result.message
 
 
-def test_stopped_then_continued(cluster, tmp_path):  # noqa: F811
-    run = Followed(tmp_path, "stop-cont", 12)
+def test_stopped_then_continued(cluster, followed, tmp_path):  # noqa: F811
+    run = followed(tmp_path, "stop-cont", 12)
     run.until({"RUNNING"})
     slurm("scancel", "--full", "--signal=STOP", run.job_id)  # --full: the batch script too, not only steps
     run.until({"STOPPED"}, 20)
@@ -86,8 +106,8 @@ def test_stopped_then_continued(cluster, tmp_path):  # noqa: F811
     assert "STOPPED" in run.seen and run.row().state == "COMPLETED"
 
 
-def test_suspended_then_resumed(cluster, tmp_path):  # noqa: F811
-    run = Followed(tmp_path, "suspend", 8)
+def test_suspended_then_resumed(cluster, followed, tmp_path):  # noqa: F811
+    run = followed(tmp_path, "suspend", 8)
     run.until({"RUNNING"})
     slurm("scontrol", "suspend", run.job_id)
     run.until({"SUSPENDED"}, 20)
@@ -98,8 +118,8 @@ def test_suspended_then_resumed(cluster, tmp_path):  # noqa: F811
     assert "SUSPENDED" in run.seen and run.row().state == "COMPLETED"
 
 
-def test_held_then_released(cluster, tmp_path):  # noqa: F811
-    run = Followed(tmp_path, "hold", 3, extra_slurm=", extra: {begin: now+600}")
+def test_held_then_released(cluster, followed, tmp_path):  # noqa: F811
+    run = followed(tmp_path, "hold", 3, extra_slurm=", extra: {begin: now+600}")
     run.until({"PENDING"})
     slurm("scontrol", "hold", run.job_id)
     run.hold_for(3)
@@ -110,8 +130,8 @@ def test_held_then_released(cluster, tmp_path):  # noqa: F811
     assert run.seen[0] == "PENDING" and run.row().state == "COMPLETED"
 
 
-def test_requeued_held_then_released(cluster, tmp_path):  # noqa: F811
-    run = Followed(tmp_path, "requeue-hold", 8)
+def test_requeued_held_then_released(cluster, followed, tmp_path):  # noqa: F811
+    run = followed(tmp_path, "requeue-hold", 8)
     run.until({"RUNNING"})
     slurm("scontrol", "requeuehold", run.job_id)
     run.until({"PENDING", "REQUEUE_HOLD"}, 30)
