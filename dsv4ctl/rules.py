@@ -38,7 +38,7 @@ def kv_cache_is_fp8_for_v4(spec: ExperimentSpec) -> Iterator[Finding]:
     if spec.is_deepseek_v4 and spec.model.kv_cache_dtype != "fp8":
         yield _error("model.kv_cache_dtype",
                      f"{spec.model.kv_cache_dtype!r} is refused: DeepSeek V4 sparse MLA only supports fp8 (fp8_ds_mla)",
-                     "J12: kv_cache_dtype=auto was rejected only after minutes of engine start")
+                     "J12: engine start refused kv_cache_dtype=auto; caught here before a node is booked")
 
 
 def tp_fits_accelerators(spec: ExperimentSpec) -> Iterator[Finding]:
