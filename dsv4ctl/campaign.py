@@ -30,7 +30,7 @@ from .scheduler import Scheduler, SubmitError, get_scheduler, resolve_backend
 from .spec import ExperimentSpec
 from .specload import LoadedSpec, load_spec
 from .judge.states import FINAL
-from .store import PLANNED, SUBMIT_FAILED, SUBMITTING, RunRow, Store, StoreError, now
+from .store import PLANNED, SUBMIT_FAILED, SUBMITTING, RunRow, Store, StoreError
 
 SUBMIT_RETRIES = 3
 SUBMIT_BACKOFF_S = 2.0

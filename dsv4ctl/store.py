@@ -11,7 +11,6 @@ import json
 import math
 import os
 import sqlite3
-import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -20,19 +19,15 @@ from typing import Any
 
 import sqlite_utils
 
+from .dbfile import BUSY_TIMEOUT_S, StoreError, connect, writable  # noqa: F401 - re-exported
 from .errors import Dsv4Error
 
 DEFAULT_DB = "results.db"
-BUSY_TIMEOUT_S = 60
 
 # Run states: the one list (judge/states.py); dsv4ctl's own words re-exported for the modules that set them.
 from .judge.states import FINAL, LOST, PLANNED, SUBMIT_FAILED, SUBMITTING, UNKNOWN  # noqa: F401, E402
 # Not waiting on the scheduler: never submitted, refused, or lost. Every other non-final word is followed.
 NOT_WAITING = (PLANNED, SUBMIT_FAILED, LOST)
-
-
-class StoreError(Dsv4Error):
-    """The results database cannot be opened or is not a dsv4ctl store."""
 
 
 class RunNotFound(Dsv4Error):
@@ -158,110 +153,6 @@ def migrate(db: sqlite_utils.Database, path: Path = Path("?")) -> list[str]:
     return applied
 
 
-# ---- connections: every SQLite failure becomes one line naming the file -----------------------------------------
-
-_HINTS = (("malformed", "the database file is damaged; restore a backup or salvage it with `sqlite3 FILE .recover`"),
-          ("not a database", "not a usable SQLite database"),
-          ("disk is full", "the disk holding it is full; free space and run the command again"),
-          ("readonly", "it is read-only here; reading commands work, recording needs write access"),
-          ("disk i/o error", "the disk could not read or write it"),
-          ("unable to open", "it cannot be opened (missing folder or no permission)"))
-
-
-def store_error(path: Path, exc: sqlite3.Error) -> StoreError:
-    text = str(exc)
-    hint = next((h for key, h in _HINTS if key in text.lower()), None)
-    return StoreError(f"{path}: {hint} ({text})" if hint else f"{path}: {text}")
-
-
-def _guard(call: Callable[..., Any], path: Path) -> Any:
-    try:
-        return call()
-    except sqlite3.IntegrityError:
-        raise  # a constraint the code relies on (unique names, tokens), not a broken file
-    except sqlite3.DatabaseError as exc:
-        raise store_error(path, exc) from None
-
-
-class _GuardedCursor(sqlite3.Cursor):
-    path = Path("?")
-
-    def execute(self, *args: Any) -> "_GuardedCursor":
-        return _guard(lambda: super(_GuardedCursor, self).execute(*args), self.path)
-
-    def executemany(self, *args: Any) -> "_GuardedCursor":
-        return _guard(lambda: super(_GuardedCursor, self).executemany(*args), self.path)
-
-    def fetchone(self) -> Any:
-        return _guard(super().fetchone, self.path)
-
-    def fetchmany(self, *args: Any) -> list[Any]:
-        return _guard(lambda: super(_GuardedCursor, self).fetchmany(*args), self.path)
-
-    def fetchall(self) -> list[Any]:
-        return _guard(super().fetchall, self.path)
-
-    def __next__(self) -> Any:
-        return _guard(super().__next__, self.path)
-
-
-class _GuardedConnection(sqlite3.Connection):
-    """A connection whose failures (a damaged page, a full disk, a read-only file) are StoreErrors naming the file."""
-
-    path = Path("?")
-
-    def cursor(self, factory: Any = None) -> _GuardedCursor:
-        cursor = super().cursor(factory or _GuardedCursor)
-        cursor.path = self.path
-        return cursor
-
-    def execute(self, sql: str, parameters: Any = ()) -> _GuardedCursor:
-        return self.cursor().execute(sql, parameters)
-
-    def executemany(self, sql: str, parameters: Any) -> _GuardedCursor:
-        return self.cursor().executemany(sql, parameters)
-
-    def executescript(self, script: str) -> _GuardedCursor:
-        return _guard(lambda: super(_GuardedConnection, self).executescript(script), self.path)
-
-    def commit(self) -> None:
-        _guard(super().commit, self.path)
-
-
-def _writable(path: Path) -> bool:
-    """Whether this process can write the database (and the -wal/-shm files WAL keeps beside it)."""
-    if path.exists():
-        return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
-    return True  # a new database: creating it says whether we can
-
-
-def _connect(path: Path, read_only: bool) -> _GuardedConnection:
-    if read_only:
-        # mode=ro needs the -shm file or a writable folder; immutable=1 reads a WAL file in a read-only folder.
-        uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
-        try:
-            conn = _open(uri, path)
-            _guard(lambda: conn.execute("SELECT count(*) FROM sqlite_master").fetchone(), path)
-            return conn
-        except StoreError:
-            uri += "&immutable=1"
-    conn = _open(uri if read_only else str(path), path)
-    _guard(lambda: conn.execute("SELECT count(*) FROM sqlite_master").fetchone(), path)
-    return conn
-
-
-def _open(target: str, path: Path) -> _GuardedConnection:
-    try:
-        conn = sqlite3.connect(target, timeout=BUSY_TIMEOUT_S, isolation_level=None, factory=_GuardedConnection,
-                               uri=target.startswith("file:"))
-    except sqlite3.DatabaseError as exc:
-        raise store_error(path, exc) from None
-    conn.path = path
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000:d}")
-    conn.execute("PRAGMA foreign_keys = ON")
-    return conn
-
-
 # ---- the store --------------------------------------------------------------------------------------------------
 
 
@@ -284,8 +175,8 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.read_only = not _writable(self.path)
-        conn = _connect(self.path, self.read_only)
+        self.read_only = not writable(self.path)
+        conn = connect(self.path, self.read_only)
         if not self.read_only:
             try:
                 conn.execute("PRAGMA journal_mode = WAL")
@@ -294,7 +185,7 @@ class Store:
                     raise
                 conn.close()  # the file or its folder refuses writes after all (immutable, read-only mount)
                 self.read_only = True
-                conn = _connect(self.path, True)
+                conn = connect(self.path, True)
         self.db = sqlite_utils.Database(conn)
         if self.read_only:
             pending = check_version(self.db, self.path)

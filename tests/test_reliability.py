@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from dsv4ctl import store as store_module
 from dsv4ctl.campaign import submit
 from dsv4ctl.judge.files import judge_files
 from dsv4ctl.errors import Dsv4Error, LogError
