@@ -1,14 +1,18 @@
-"""The local backend's job wrapper: `python -m dsv4ctl.localrun RUN_DIR SCRIPT`.
+"""The local backend's job wrapper: `python -m dsv4ctl.localrun RUN_DIR SCRIPT [TOKEN]`.
 
 Runs the rendered script with bash in its own process group, in its own session (it outlives the CLI), and keeps
 `local-state.json` in the run directory the way Slurm keeps its accounting: state, exit code and signal, start, end,
-elapsed seconds, peak RSS. Enforces `slurm.time` from spec.json (TIMEOUT); SIGTERM cancels (CANCELLED). Stdlib only.
+elapsed seconds, peak RSS, and the job's pid with its start time (so a poller can tell, when this wrapper is gone,
+whether the job still runs). `local-wrapper.pid` holds the wrapper's pid and the run's token: a CLI killed right
+after starting the wrapper finds its job again by it. Enforces `slurm.time` from spec.json (TIMEOUT); SIGTERM
+cancels (CANCELLED). Stdlib only.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import signal
 import socket
@@ -19,17 +23,61 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 STATE_FILE = "local-state.json"
+PID_FILE = "local-wrapper.pid"
+RAW_LOG = "raw.log"
 KILL_WAIT_S = 5
+_PY_EXIT = re.compile(rb"^PY_EXIT=(-?[0-9]+)\s*$", re.M)
 
 
 def _stamp(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
 
 
+def _write_whole(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # readers never see half a file
+
+
 def write_state(run_dir: Path, **state: object) -> None:
-    tmp = run_dir / f".{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps(state, sort_keys=True))
-    os.replace(tmp, run_dir / STATE_FILE)  # readers never see half a file
+    _write_whole(run_dir / STATE_FILE, json.dumps(state, sort_keys=True))
+
+
+def write_pid_file(run_dir: Path, pid: int, token: str | None) -> None:
+    _write_whole(run_dir / PID_FILE, f"{pid} {token or ''}".strip())
+
+
+def read_pid_file(run_dir: Path) -> tuple[int, str | None] | None:
+    """(wrapper pid, token) of the last job started in this directory."""
+    try:
+        pid, _, token = (run_dir / PID_FILE).read_text().strip().partition(" ")
+        return int(pid), token or None
+    except (OSError, ValueError):
+        return None
+
+
+def process_start(pid: int | None) -> int | None:
+    """A live process's start time (clock ticks since boot, /proc/PID/stat field 22); None if gone or a zombie.
+    A pid with the same start time is the same process, not a recycled pid."""
+    if not pid:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def py_exit_of(run_dir: Path) -> int | None:
+    """The last `PY_EXIT=<code>` of raw.log (the job script always ends with one), or None."""
+    try:
+        with open(run_dir / RAW_LOG, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+            codes = _PY_EXIT.findall(f.read())
+    except OSError:
+        return None
+    return int(codes[-1]) if codes else None
 
 
 def read_state(run_dir: Path) -> dict | None:
@@ -78,13 +126,15 @@ def _stop(pgid: int) -> None:
         pass
 
 
-def main(run_dir: Path, script: str) -> int:
+def main(run_dir: Path, script: str, token: str | None = None) -> int:
+    write_pid_file(run_dir, os.getpid(), token)
     start = time.time()
     limit = time_limit_s(run_dir)
     base = {"wrapper_pid": os.getpid(), "node": socket.gethostname(), "started_at": _stamp(start)}
     with open(run_dir / "slurm-local.out", "ab") as out:
         child = subprocess.Popen(["bash", script], cwd=run_dir, stdin=subprocess.DEVNULL, stdout=out,
                                  stderr=subprocess.STDOUT, start_new_session=True)
+    base["job_start"] = process_start(child.pid)
     write_state(run_dir, state="RUNNING", job_pgid=child.pid, **base)
     stopped_by: list[str] = []
 
@@ -113,4 +163,4 @@ def main(run_dir: Path, script: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]).resolve(), sys.argv[2]))
+    sys.exit(main(Path(sys.argv[1]).resolve(), sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None))

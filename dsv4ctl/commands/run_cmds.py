@@ -21,7 +21,9 @@ def _runs_table(store, rows, title: str) -> None:
                    f"{r.exit_code}:{r.signal}" if r.exit_code is not None else "-",
                    f"{r.elapsed_s}s" if r.elapsed_s is not None else "-",
                    _verdict_cell(verdicts.get(r.id)),
-                   (verdicts.get(r.id) or {}).get("first_blocker_kind") or (r.submit_message or "")[:60] or "")
+                   (verdicts.get(r.id) or {}).get("first_blocker_kind")
+                   or (f"judge error: {r.judge_error}" if r.data.get("judge_error") else "")[:60]
+                   or (r.submit_message or "")[:60] or "")
                   for r in rows])
 
 
@@ -44,19 +46,21 @@ def _all_passed(store, run_ids: list[int]) -> bool:
 
 
 def _watch_until_done(store, run_ids: list[int], quiet: bool) -> None:
-    from ..watch import watch
+    """Follow these runs, and only these, until each is judged: a held job elsewhere in the database never
+    keeps this wait going. Progress names the runs and their states (paused ones as such); none with --json."""
+    from ..watch import waiting_on, watch
 
-    wanted = set(run_ids)
+    wanted = sorted(set(run_ids))
     if quiet:
-        watch(store)
+        watch(store, wanted)
         return
     live = output.live_status()
     with live:
         def on_round(report) -> None:
-            rows = store.runs_by_ids(sorted(wanted))
-            live.update(rows, store.verdict_summaries(list(wanted)), report.notes)
+            rows = store.runs_by_ids(wanted)
+            live.update(rows, store.verdict_summaries(wanted), [*report.notes, waiting_on(report.waiting, set())])
 
-        watch(store, on_round=on_round)
+        watch(store, wanted, on_round=on_round)
 
 
 def submit(specs: SpecsArg,
@@ -126,18 +130,20 @@ def status(campaign: Annotated[Optional[str], typer.Option(help="Only this campa
     store = open_store(db)
     rows = store.runs(campaign=campaign) if campaign else store.runs_in_flight()
     ids = [r.id for r in rows]
-    if watch:
+    notes: list[str] = []
+    if store.read_only:
+        notes = [f"{store.path} is read-only: showing the recorded states, without polling the scheduler"]
+    elif watch:
         _watch_until_done(store, ids, quiet=json)
-        notes: list[str] = []
     else:
-        notes = poll_once(store).notes
+        notes = poll_once(store, ids if campaign else None).notes
     rows = store.runs_by_ids(ids)
     if json:
         output.emit_json({"notes": notes, "runs": [_run_json(store, r) for r in rows]})
     else:
-        for note in notes:
-            output.warn(note)
         _runs_table(store, rows, f"{len(rows)} run(s)" + (f" of campaign {campaign}" if campaign else " in flight"))
+    for note in notes:
+        output.warn(note)
     if watch:
         raise typer.Exit(0 if _all_passed(store, ids) else 1)
 

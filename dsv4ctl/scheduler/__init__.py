@@ -49,6 +49,9 @@ class JobStatus:
 
 class Scheduler(Protocol):
     name: str
+    # How long a CLI may take between claiming a run and recording its job: a SUBMITTING run older than this with
+    # no job carrying its token was abandoned, and `resume` may take it again.
+    submit_grace_s: float
 
     def submit(self, script: Path, run_dir: Path, token: str, job_name: str,
                array_size: int | None = None) -> str: ...
@@ -57,7 +60,7 @@ class Scheduler(Protocol):
 
     def cancel(self, jobs: list[JobRef]) -> list[str]: ...
 
-    def find_token(self, token: str, job_name: str) -> str | None: ...
+    def find_token(self, token: str, job_name: str, run_dir: Path) -> str | None: ...
 
 
 def backend_names() -> tuple[str, ...]:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..localrun import read_state
+from ..localrun import process_start, py_exit_of, read_pid_file, read_state, write_pid_file
 from . import JobRef, JobStatus, SubmitError
 
 
@@ -29,8 +29,37 @@ def _alive(pid: int | None) -> bool:
         return True
 
 
+def _wrapper_pid(job_id: str) -> int | None:
+    return int(job_id.removeprefix("local-")) if job_id.startswith("local-") else None
+
+
+def _final(job_id: str, state: dict) -> JobStatus:
+    return JobStatus(job_id, state["state"], exit_code=state.get("exit_code"), signal=state.get("signal"),
+                     elapsed_s=state.get("elapsed_s"), max_rss_kib=state.get("max_rss_kib"), node=state.get("node"),
+                     started_at=state.get("started_at"), ended_at=state.get("ended_at"), source="local",
+                     settled=True)
+
+
+def _orphan(job: JobRef, state: dict | None) -> JobStatus:
+    """The wrapper vanished (kill -9, OOM killer) before writing a final state. While the job's own process lives
+    (same pid, same start time) it is followed; once gone, raw.log's PY_EXIT says how it ended."""
+    node, started = (state or {}).get("node"), (state or {}).get("started_at")
+    pid = (state or {}).get("job_pgid")
+    if state and state.get("job_start") is not None and process_start(pid) == state["job_start"]:
+        return JobStatus(job.job_id, "RUNNING", state_detail=f"local wrapper vanished; following its job (pid {pid})",
+                         node=node, started_at=started, source="local")
+    code = py_exit_of(job.run_dir) if state else None
+    if code is None:
+        return JobStatus(job.job_id, "NODE_FAIL", state_detail="local wrapper vanished", node=node,
+                         started_at=started, source="local", settled=True)
+    return JobStatus(job.job_id, "COMPLETED" if code == 0 else "FAILED", exit_code=code, signal=0, node=node,
+                     started_at=started, state_detail="local wrapper vanished; exit code from raw.log's PY_EXIT",
+                     source="local", settled=True)
+
+
 class LocalScheduler:
     name = "local"
+    submit_grace_s = 10.0  # the wrapper records its pid and token a fraction of a second after it starts
 
     def submit(self, script: Path, run_dir: Path, token: str, job_name: str,
                array_size: int | None = None) -> str:
@@ -39,33 +68,29 @@ class LocalScheduler:
         try:
             with open(run_dir / "local-wrapper.log", "ab") as log:
                 # Its own session: the job survives the CLI exiting, and a ^C in the terminal.
-                proc = subprocess.Popen([sys.executable, "-m", "dsv4ctl.localrun", str(run_dir), script.name],
+                proc = subprocess.Popen([sys.executable, "-m", "dsv4ctl.localrun", str(run_dir), script.name, token],
                                         cwd=run_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True, close_fds=True)
         except OSError as exc:
             raise SubmitError(f"cannot start the local job: {exc}", transient=False) from None
-        (run_dir / "local-wrapper.pid").write_text(str(proc.pid))
+        write_pid_file(run_dir, proc.pid, token)  # the wrapper writes it too, first thing
         return f"local-{proc.pid}"
 
     def poll(self, jobs: list[JobRef]) -> tuple[dict[str, JobStatus], list[str]]:
         statuses = {}
         for job in jobs:
-            wrapper = int(job.job_id.removeprefix("local-")) if job.job_id.startswith("local-") else None
+            wrapper = _wrapper_pid(job.job_id)
             state = read_state(job.run_dir)
+            if state and state.get("wrapper_pid") not in (None, wrapper):
+                state = None  # an earlier job's record in a resubmitted run's directory
             if state and state.get("state") != "RUNNING":
-                statuses[job.job_id] = JobStatus(
-                    job.job_id, state["state"], exit_code=state.get("exit_code"), signal=state.get("signal"),
-                    elapsed_s=state.get("elapsed_s"), max_rss_kib=state.get("max_rss_kib"), node=state.get("node"),
-                    started_at=state.get("started_at"), ended_at=state.get("ended_at"), source="local",
-                    settled=True)
+                statuses[job.job_id] = _final(job.job_id, state)
             elif _alive(wrapper):
                 statuses[job.job_id] = JobStatus(job.job_id, "RUNNING" if state else "PENDING",
                                                  node=(state or {}).get("node"), source="local",
                                                  started_at=(state or {}).get("started_at"))
             else:
-                # The wrapper died without writing a final state (machine reboot, kill -9): the job's fate is unknown.
-                statuses[job.job_id] = JobStatus(job.job_id, "NODE_FAIL", state_detail="local wrapper vanished",
-                                                 source="local", settled=True)
+                statuses[job.job_id] = _orphan(job, state)
         return statuses, []
 
     def cancel(self, jobs: list[JobRef]) -> list[str]:
@@ -77,5 +102,7 @@ class LocalScheduler:
                 problems.append(f"{job.job_id}: {exc}")
         return problems
 
-    def find_token(self, token: str, job_name: str) -> str | None:
-        return None  # local submissions are recorded before the job starts (see campaign.submit_run)
+    def find_token(self, token: str, job_name: str, run_dir: Path) -> str | None:
+        """The job a killed CLI started: the wrapper wrote its pid beside the run's token."""
+        found = read_pid_file(run_dir)
+        return f"local-{found[0]}" if found and found[1] == token else None
