@@ -234,16 +234,16 @@ def test_ab_submission_is_interleaved_paired_and_compared(cluster, tmp_path):
     cand = spec_file(tmp_path, "ab-cand", {"REPLAY_LOG": str(LOGS / "J17.log"), "REPLAY_GEN_S": "67.9"},
                      extra="switches:\n  DSV4_MOE_ROUTING_Q1: 0\n")
     db = str(tmp_path / "r.db")
-    done = dsv4ctl("submit", "--ab", str(base), str(cand), "--repeats", "5", "--backend", "slurm", "--db", db,
+    done = dsv4ctl("submit", "--ab", str(base), str(cand), "--repeats", "6", "--backend", "slurm", "--db", db,
                    "--runs-dir", str(tmp_path / "runs"), "--wait", "--json")
     assert done.returncode == 0, done.stderr
     runs = json.loads(done.stdout)["runs"]
-    assert [r["experiment"] for r in runs] == ["ab-base", "ab-cand"] * 5  # A B A B, in submission order
+    assert [r["experiment"] for r in runs] == ["ab-base", "ab-cand"] * 6  # A B A B, in submission order
     assert [int(r["job_id"]) for r in runs] == sorted(int(r["job_id"]) for r in runs)
     assert [(r["pair_id"], r["side"]) for r in runs[:2]] == [(0, "baseline"), (0, "candidate")]
     result = dsv4ctl("compare", "ab-base", "ab-cand", "--db", db, "--json", "--expect-diff",
                      "switches.DSV4_MOE_ROUTING_Q1", "--expect-diff", "environment.env.REPLAY_GEN_S")
     data = json.loads(result.stdout)
     assert result.returncode == 0 and data["decision"] == "promote", data["reasons"]
-    assert data["paired"]["pairs"] == 5 and data["warnings"] == []
+    assert data["metrics"][0]["paired"]["pairs"] == 6 and data["warnings"] == []
     assert {d["key"] for d in data["differences"]} == {"switches.DSV4_MOE_ROUTING_Q1", "environment.env.REPLAY_GEN_S"}
