@@ -142,10 +142,6 @@ def test_options_checks_refuse_repeats_and_campaign_names():
     assert check_repeats(None) is None and check_repeats(5) == 5 and check_campaign("c-1") == "c-1"
 
 
-NEEDS_OWNER = "needs `callback=check_repeats` / `check_campaign` on these options in commands/run_cmds.py"
-
-
-@pytest.mark.xfail(strict=True, reason=NEEDS_OWNER)
 @pytest.mark.parametrize("option", [("--repeats", "-1"), ("--repeats", "0"), ("--campaign", "../x"),
                                     ("--campaign", "-x")])
 def test_submit_refuses_bad_repeats_and_campaign_names(capsys, tmp_path, option):

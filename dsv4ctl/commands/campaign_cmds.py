@@ -8,16 +8,16 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from .options import BackendOpt, DbOpt, JsonOpt
+from .options import BackendOpt, DbOpt, JsonOpt, check_campaign, check_repeats
 
 
 def suite(directory: Annotated[Path, typer.Argument(help="A folder of specs (experiments/regression-cpu).",
                                                     exists=True, file_okay=False)],
-          repeats: Annotated[Optional[int], typer.Option(help="Runs per case [default: each spec's].")] = None,
+          repeats: Annotated[Optional[int], typer.Option(callback=check_repeats, help="Runs per case [default: each spec's].")] = None,
           platform: Annotated[str, typer.Option(help="What this cluster has: cases for other platforms are "
                                                      "skipped with the reason.")] = "cpu",
           backend: BackendOpt = "auto",
-          campaign: Annotated[Optional[str], typer.Option(help="Campaign name.")] = None,
+          campaign: Annotated[Optional[str], typer.Option(callback=check_campaign, help="Campaign name.")] = None,
           runs_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("runs"),
           db: DbOpt = None, json: JsonOpt = False) -> None:
     """Run a regression suite as one campaign and print the pass/fail matrix. Exit 0 only if every case passed."""
@@ -57,9 +57,9 @@ def suite(directory: Annotated[Path, typer.Argument(help="A folder of specs (exp
 
 def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a matrix (e.g. batch: [1, 2, 4, 8]).")]
           = None,
-          repeats: Annotated[Optional[int], typer.Option(help="Runs per point [default: spec.repeats].")] = None,
+          repeats: Annotated[Optional[int], typer.Option(callback=check_repeats, help="Runs per point [default: spec.repeats].")] = None,
           campaign: Annotated[Optional[str], typer.Option(
-              help="Name it; if it exists, resume it (unfinished points only) instead of submitting.")] = None,
+              callback=check_campaign, help="Name it; if it exists, resume it (unfinished points only) instead of submitting.")] = None,
           backend: BackendOpt = "auto",
           runs_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("runs"),
           wait: Annotated[bool, typer.Option(help="Wait for every run before summarising.")] = True,
@@ -110,7 +110,7 @@ def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a mat
     output.text(f"next: dsv4ctl report {name} -o report.html")
 
 
-def report(campaign: Annotated[str, typer.Argument(help="Campaign name (see `dsv4ctl runs --json`).")],
+def report(campaign: Annotated[str, typer.Argument(callback=check_campaign, help="Campaign name (see `dsv4ctl runs --json`).")],
            out: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the page here.")] = None,
            markdown: Annotated[bool, typer.Option("--markdown", help="Markdown instead of HTML.")] = False,
            metric: Annotated[str, typer.Option(help="Metric whose distribution is plotted.")] = "gen_s",

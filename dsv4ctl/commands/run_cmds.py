@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from .options import BackendOpt, DbOpt, JsonOpt, SpecsArg
+from .options import BackendOpt, DbOpt, JsonOpt, SpecsArg, check_campaign, check_repeats
 
 
 def _runs_table(store, rows, title: str) -> None:
@@ -64,14 +64,14 @@ def _watch_until_done(store, run_ids: list[int], quiet: bool) -> None:
 
 
 def submit(specs: SpecsArg,
-           repeats: Annotated[Optional[int], typer.Option(help="Runs per matrix point [default: spec.repeats].")]
+           repeats: Annotated[Optional[int], typer.Option(callback=check_repeats, help="Runs per matrix point [default: spec.repeats].")]
            = None,
            wait: Annotated[bool, typer.Option(help="Watch until every run is judged; exit 0 only if all passed.")]
            = False,
            dry_run: Annotated[bool, typer.Option(help="Show what would be submitted; write nothing.")] = False,
            backend: BackendOpt = "auto",
            db: DbOpt = None,
-           campaign: Annotated[Optional[str], typer.Option(help="Campaign name [default: spec name + time].")]
+           campaign: Annotated[Optional[str], typer.Option(callback=check_campaign, help="Campaign name [default: spec name + time].")]
            = None,
            runs_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("runs"),
            array: Annotated[bool, typer.Option(help="Submit Slurm repeats as one job array.")] = True,
@@ -119,7 +119,7 @@ def submit(specs: SpecsArg,
     raise typer.Exit(0 if ok else 1)
 
 
-def status(campaign: Annotated[Optional[str], typer.Option(help="Only this campaign's runs.")] = None,
+def status(campaign: Annotated[Optional[str], typer.Option(callback=check_campaign, help="Only this campaign's runs.")] = None,
            watch: Annotated[bool, typer.Option(help="Keep polling (with backoff) until every run is judged.")]
            = False,
            db: DbOpt = None, json: JsonOpt = False) -> None:
@@ -151,7 +151,7 @@ def status(campaign: Annotated[Optional[str], typer.Option(help="Only this campa
 def runs(experiment: Annotated[Optional[str], typer.Option(help="Only this experiment.")] = None,
          status: Annotated[Optional[str], typer.Option(help="Only runs whose verdict has this status.")] = None,
          state: Annotated[Optional[str], typer.Option(help="Only runs in this scheduler state.")] = None,
-         campaign: Annotated[Optional[str], typer.Option(help="Only this campaign.")] = None,
+         campaign: Annotated[Optional[str], typer.Option(callback=check_campaign, help="Only this campaign.")] = None,
          db: DbOpt = None, json: JsonOpt = False) -> None:
     """List recorded runs."""
     from ..store import open_store
@@ -189,7 +189,7 @@ def show(run: Annotated[str, typer.Argument(help="Run id, job id or token.")], d
 
 
 def cancel(refs: Annotated[Optional[list[str]], typer.Argument(help="Run ids, job ids or tokens.")] = None,
-           campaign: Annotated[Optional[str], typer.Option(help="Cancel every unfinished run of a campaign.")]
+           campaign: Annotated[Optional[str], typer.Option(callback=check_campaign, help="Cancel every unfinished run of a campaign.")]
            = None,
            db: DbOpt = None) -> None:
     """Cancel runs (scancel, or SIGTERM for local jobs)."""
@@ -215,7 +215,7 @@ def cancel(refs: Annotated[Optional[list[str]], typer.Argument(help="Run ids, jo
     raise typer.Exit(1 if problems else 0)
 
 
-def resume(campaign: Annotated[str, typer.Argument(help="Campaign name (see `dsv4ctl runs`).")],
+def resume(campaign: Annotated[str, typer.Argument(callback=check_campaign, help="Campaign name (see `dsv4ctl runs`).")],
            wait: Annotated[bool, typer.Option(help="Watch until every resubmitted run is judged.")] = False,
            db: DbOpt = None, json: JsonOpt = False) -> None:
     """Resubmit the runs of a campaign that never got a job or never produced a verdict, and nothing else."""

@@ -21,7 +21,7 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
                 help="A stored run: run id, job id or token (judged again from its log and live sacct).")] = None,
             log: LogOpt = None,
             sacct: SacctOpt = None,
-            job_id: Annotated[Optional[str], typer.Option(help="Which job of the sacct text (default: the first).")]
+            job_id: Annotated[Optional[str], typer.Option(help="Which job or array task of the sacct text (default: the one the log names; refused when unclear).")]
             = None,
             bos_id: Annotated[int, typer.Option(help="Token id of BOS.", callback=at_least(0))] = 0,
             max_repeat_run: Annotated[int, typer.Option(help="Same token this many times in a row is degenerate.",
