@@ -42,6 +42,13 @@ def compact_ids(ids: list[int], bos_id: int, limit: int = 20) -> str:
     return ", ".join(parts) + (" …" if i < len(ids) else "")
 
 
+def _short(text: str | None, width: int = 24) -> str:
+    """The decoded text beside its ids, as a repr so that control characters and BOS text stay visible."""
+    if not text:
+        return "-"
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
     style = _STATUS_STYLE.get(v.status, "bold red")
     verdict_word = "PASSED" if v.passed else "NOT PASSED"
@@ -72,9 +79,10 @@ def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
         judged = v.evidence.get("requests_judged", len(v.requests))
         title = "Requests" if shown is v.requests else f"Requests: {len(shown)} bad shown of {judged} judged"
         output.text("")
-        output.table(title, ["#", "tokens", "finish", "BOS run", "repeat", "token ids", "problems"],
+        output.table(title, ["#", "tokens", "finish", "BOS", "repeat", "token ids", "text", "problems"],
                      [(r.index, r.n_tokens, r.finish_reason or "-", r.bos_run, r.max_repeat_run,
-                       compact_ids(r.token_ids, bos_id), "; ".join(r.problems) or "ok") for r in shown])
+                       compact_ids(r.token_ids, bos_id, limit=8), _short(r.output_repr), "; ".join(r.problems) or "ok")
+                      for r in shown])
     ev = v.evidence
     facts = [f"{k}={ev[k]}" for k in ("expert_dtype", "moe_backend", "kv_format", "kv_cache_tokens",
                                        "model_load_gib") if ev.get(k) is not None]

@@ -13,31 +13,53 @@ from .options import JsonOpt, SpecArg, SpecsArg
 
 def validate(specs: SpecsArg,
              strict: Annotated[bool, typer.Option(help="Treat warnings as errors.")] = False,
+             cluster: Annotated[bool, typer.Option(
+                 "--cluster", help="Also ask Slurm (sbatch --test-only) whether it would ever run each job.")]
+             = False,
              json: JsonOpt = False) -> None:
     """Check spec files: structure, switches and the report's rules. Exit 1 on any error."""
     from ..specload import check_files
 
     files = check_files(specs)
+    preflights = _preflight(files) if cluster else {}
     if json:
-        output.emit_json([entry for f in files for entry in _validation_json(f)])
+        output.emit_json([entry for f in files for entry in _validation_json(f, preflights)])
     else:
         for checked in files:
-            _show_validation(checked)
+            _show_validation(checked, preflights)
     failed = any(f.failed or (strict and any(p.warnings for p in f.points)) for f in files)
+    failed = failed or any(not p.ok for p in preflights.values())
     raise typer.Exit(1 if failed else 0)
 
 
-def _validation_json(checked) -> list[dict]:
+def _preflight(files) -> dict:
+    """sbatch --test-only for every valid point: {(file, point label): Preflight}."""
+    from .. import external
+    from ..errors import Dsv4Error
+    from ..preflight import check
+
+    if not external.available("sbatch"):
+        raise Dsv4Error("--cluster needs Slurm's sbatch on PATH (run it on the cluster's login node)")
+    return {(str(p.source), _label(p.point)): check(p.spec) for f in files if f.unreadable is None
+            for p in f.points if p.spec is not None and not p.errors}
+
+
+def _validation_json(checked, preflights: dict) -> list[dict]:
     if checked.unreadable is not None:
         return [{"file": str(checked.source), "point": {}, "name": None, "spec_hash": None, "valid": False,
                  "findings": [{"severity": "error", "path": None, "message": checked.unreadable, "why": "",
                                "file": str(checked.source), "line": None, "column": None}]}]
     return [{"file": str(p.source), "point": p.point, "name": p.spec.name if p.spec else None,
              "spec_hash": p.spec.spec_hash() if p.spec else None, "valid": not p.errors,
-             "findings": [f.to_json() for f in p.findings]} for p in checked.points]
+             "findings": [f.to_json() for f in p.findings],
+             "cluster": _preflight_json(preflights.get((str(p.source), _label(p.point))))} for p in checked.points]
 
 
-def _show_validation(checked) -> None:
+def _preflight_json(result) -> dict | None:
+    return None if result is None else {"ok": result.ok, "message": result.message}
+
+
+def _show_validation(checked, preflights: dict) -> None:
     if checked.unreadable is not None:
         output.error(checked.unreadable)
         output.text(f"{checked.source}: unreadable")
@@ -49,6 +71,10 @@ def _show_validation(checked) -> None:
         status = "invalid" if point.errors else "ok"
         output.text(f"{point.source}{label}: {status} ({len(point.errors)} error(s), "
                     f"{len(point.warnings)} warning(s))")
+        result = preflights.get((str(point.source), _label(point.point)))
+        if result is not None:
+            output.text(f"  cluster: {'would run' if result.ok else 'REFUSED'}: {result.message}",
+                        style=None if result.ok else "red")
 
 
 def render(spec: SpecArg,

@@ -40,6 +40,8 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
     2 on usage errors."""
     if (job is None) == (log is None):
         raise typer.BadParameter("give a stored run (JOB) or --log PATH, not both", param_hint="JOB / --log")
+    if job is not None and _names_a_file(job):
+        job, log = None, Path(job)  # `dsv4ctl verdict logs/J17.log`: a path where a run was expected is the log
     if job is not None:
         from ..watch import rejudge
 
@@ -56,6 +58,12 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
 
         show_verdict(result, log, bos_id=bos_id)
     raise typer.Exit(0 if result.passed else 1)
+
+
+def _names_a_file(job: str) -> bool:
+    """A path rather than a run id, label, job id or token: it has a folder or a log's suffix, and exists."""
+    path = Path(job)
+    return (len(path.parts) > 1 or path.suffix in (".log", ".out", ".txt", ".err")) and path.is_file()
 
 
 def register(app: typer.Typer) -> None:

@@ -238,4 +238,6 @@ def judge_request(request: RequestBlock, opts: VerdictOptions) -> RequestVerdict
             problems.append(f"diverges from the golden at token {position}: expected {expected}, got {got}")
     return RequestVerdict(index=index, line=request.line, token_ids=ids, n_tokens=n_tokens,
                           finish_reason=request.finish_reason, bos_run=bos, max_repeat_run=repeat, problems=problems,
-                          ids_elided=bool(request.ids_gaps), output_repr=request.output_repr, source=request.source)
+                          ids_elided=bool(request.ids_gaps), source=request.source,
+                          output_repr=request.output_repr if request.output_repr is not None or request.output is None
+                          else repr(request.output[:4096]))

@@ -42,6 +42,12 @@ class SlurmScheduler:
             raise SubmitError(f"sbatch printed no job id: {result.stdout.strip()!r}", transient=False)
         return job_id
 
+    def test_only(self, script: Path, run_dir: Path) -> tuple[bool, str]:
+        """`sbatch --test-only`: whether the cluster would run the script, and sbatch's words (where and when it
+        would start, or why it never could)."""
+        result = external.run(["sbatch", "--test-only", str(script.resolve())], cwd=run_dir, timeout=60)
+        return result.ok, re.sub(r"sbatch: (?:error: )?", "", result.message).strip()
+
     def poll(self, jobs: list[JobRef]) -> tuple[dict[str, JobStatus], list[str]]:
         if not jobs:
             return {}, []

@@ -1,0 +1,35 @@
+"""Pre-flight against the live cluster: `validate --cluster` asks sbatch --test-only whether a job could ever run,
+before anything is queued (the J17 spec as written sat PENDING forever on a small partition)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import EXPERIMENTS
+from .test_slurm import cluster  # noqa: F401  (the live-cluster fixture)
+
+
+
+
+@pytest.mark.slurm
+def test_a_job_the_partition_can_never_run_is_refused_before_it_is_queued(cli, cluster):  # noqa: F811
+    from dsv4ctl import external
+
+    squeue_before = external.run(["squeue", "-h", "-o", "%i"]).stdout
+    done = cli("validate", "--cluster", "--json", EXPERIMENTS / "j17-baseline.yaml", EXPERIMENTS / "cpu-smoke.yaml")
+    assert done.exit_code == 1
+    by_name = {entry["name"]: entry["cluster"] for entry in json.loads(done.stdout)}
+    assert by_name["j17-baseline"]["ok"] is False
+    assert "node configuration is not available" in by_name["j17-baseline"]["message"]
+    assert by_name["cpu-smoke"]["ok"] is True and "to start at" in by_name["cpu-smoke"]["message"]
+    assert external.run(["squeue", "-h", "-o", "%i"]).stdout == squeue_before  # nothing was queued
+
+
+def test_without_sbatch_the_flag_is_an_error_not_a_pass(cli, monkeypatch):
+    from dsv4ctl.errors import Dsv4Error
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(Dsv4Error, match="sbatch"):
+        cli("validate", "--cluster", EXPERIMENTS / "cpu-smoke.yaml")
