@@ -23,14 +23,14 @@ from datetime import datetime
 from pathlib import Path
 
 from . import __version__, external
-from .errors import Dsv4Error, SpecInvalid
+from .errors import Dsv4Error, SpecInvalid, UsageError
 from .paths import project_root, runtime_dir
 from .render import RAW_LOG_NAME, SCRIPT_NAME, SNAPSHOT_NAME, render_script, snapshot_text
 from .scheduler import Scheduler, SubmitError, get_scheduler, resolve_backend
 from .spec import ExperimentSpec
 from .specload import LoadedSpec, load_spec
 from .judge.states import FINAL
-from .store import PLANNED, SUBMIT_FAILED, SUBMITTING, RunRow, Store, StoreError
+from .store import LATEST, PLANNED, SUBMIT_FAILED, SUBMITTING, RunRow, Store, StoreError
 
 SUBMIT_RETRIES = 3
 SUBMIT_BACKOFF_S = 2.0
@@ -56,19 +56,34 @@ class PlannedRun:
     point: dict
     repeat: int
     of: int = 1  # how many repeats of this point the submission makes
+    label: str | None = None  # None: the store gives it J<run id>
 
 
-def plan(spec_paths: list[Path], repeats: int | None = None) -> list[PlannedRun]:
+def apply_labels(runs: list[PlannedRun], label: str | None = None) -> list[PlannedRun]:
+    """`label` (from --label) names the whole submission, else each spec file's `label:` names its runs; where a
+    label covers several runs they get a suffix: J18.1, J18.2, ..."""
+    groups: dict[tuple[str, Path | None], list[PlannedRun]] = {}
+    for run in runs:
+        if label or run.spec.label:
+            groups.setdefault((label, None) if label else (run.spec.label, run.source), []).append(run)
+    for (base, _), members in groups.items():
+        for i, run in enumerate(members, 1):
+            run.label = base if len(members) == 1 else f"{base}.{i}"
+    return runs
+
+
+def plan(spec_paths: list[Path], repeats: int | None = None, label: str | None = None) -> list[PlannedRun]:
     """Every run a submission makes: matrix points x repeats. Refuses the lot if any point is invalid."""
     points: list[LoadedSpec] = [p for path in spec_paths for p in load_spec(path)]
     bad = [f for p in points for f in p.errors]
     if bad:
         raise SpecInvalid(bad)
-    return [PlannedRun(p.spec, p.source, p.point, r, repeats or p.spec.repeats)
-            for p in points for r in range(repeats or p.spec.repeats)]
+    return apply_labels([PlannedRun(p.spec, p.source, p.point, r, repeats or p.spec.repeats)
+                         for p in points for r in range(repeats or p.spec.repeats)], label)
 
 
-def interleave(spec_paths: list[Path], repeats: int | None) -> tuple[list[PlannedRun], list[tuple[int, str]]]:
+def interleave(spec_paths: list[Path], repeats: int | None,
+               label: str | None = None) -> tuple[list[PlannedRun], list[tuple[int, str]]]:
     """An A/B submission: BASELINE and CANDIDATE runs alternating A B A B, so drift on the cluster hits both alike;
     each A/B pair is recorded (pair id, side) for the paired analysis."""
     if len(spec_paths) != 2:
@@ -81,7 +96,7 @@ def interleave(spec_paths: list[Path], repeats: int | None) -> tuple[list[Planne
     for pair, (left, right) in enumerate(zip(a, b)):
         runs += [left, right]
         pairs += [(pair, "baseline"), (pair, "candidate")]
-    return runs, pairs
+    return (apply_labels(runs, label) if label else runs), pairs
 
 
 def _campaign_name(runs: list[PlannedRun]) -> str:
@@ -132,13 +147,15 @@ def _check_distinct(dirs: list[str]) -> None:
 # ---- plan and submit --------------------------------------------------------------------------------------------
 
 
-def submit(store: Store, spec_paths: list[Path], backend: str = "auto", *, repeats: int | None = None,
+def submit(store: Store, spec_paths: list[Path], backend: str | None = None, *, repeats: int | None = None,
            campaign: str | None = None, runs_root: Path = Path("runs"), array: bool = True,
            command: str = "", pairs: list[tuple[int, str]] | None = None,
            planned: list[PlannedRun] | None = None) -> SubmitOutcome:
     """Plan, record and submit. `planned` and `pairs` (pair id, side per run) come from an A/B submission."""
     backend = resolve_backend(backend)
     scheduler = get_scheduler(backend)
+    if campaign == LATEST:
+        raise UsageError(f"{LATEST!r} names the newest campaign; pick another --campaign name")
     runs = planned if planned is not None else plan(spec_paths, repeats)
     name = campaign or _campaign_name(runs)
     root = campaign_dir(runs_root, name)  # a read-only runs directory stops here, before anything is recorded
@@ -171,7 +188,7 @@ def record_plan(store: Store, name: str, backend: str, command: str, runs: list[
                 point_label=",".join(f"{k}={v}" for k, v in run.point.items()), repeat_index=run.repeat,
                 pair_id=pair_id, side=side, backend=backend, token=secrets.token_hex(6), state=PLANNED,
                 switches_json=json.dumps(spec.resolved_switches()), tags=",".join(spec.tags), ingested=0,
-                **provenance)
+                label=run.label, **provenance)
             key = f"{spec.name}:{spec.spec_hash()}" if use_array else f"single:{index}"
             groups.setdefault(key, []).append((run_id, run))
         dirs = [_place(store, root, members, array=not key.startswith("single:")) for key, members in groups.items()]

@@ -17,7 +17,7 @@ app = typer.Typer(
     name="dsv4ctl",
     help="Run, judge and compare DeepSeek V4 bring-up experiments on vLLM through Slurm.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: rendering it with rich alone doubled `dsv4ctl --help`'s start time
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -54,18 +54,45 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 def main(argv: list[str] | None = None) -> None:
     """The `dsv4ctl` entry point: every failure ends as one line on stderr and an exit code, never a traceback
-    (unless --debug): 1 the thing failed, 2 usage error, 130 interrupted."""
+    (unless --debug): 1 the thing failed, 2 usage error, 3 a wait timed out, 130 interrupted. With --json the
+    failure is a JSON object on stderr instead: {"error": {"message", "hint", "exit_code"}}."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in args[:args.index("--")] if "--" in args else "--json" in args
     try:
-        app(args=argv)  # typer reports usage errors itself (exit 2) and turns Ctrl-C into a silent exit 130
-    except SystemExit as exc:
-        if exc.code == 130:
-            sys.exit(_report(KeyboardInterrupt()))
-        raise
+        # standalone_mode=False: usage errors come back here too, so they can be JSON with --json
+        code = app(args=args, standalone_mode=False)
+    except SystemExit:
+        raise  # --show-completion and friends exit by themselves
+    except typer.Abort:
+        sys.exit(_report(KeyboardInterrupt(), as_json))
     except BaseException as exc:  # noqa: BLE001 - the one place an escaped exception becomes a message
-        sys.exit(_report(exc))
+        if _is_usage_error(exc):
+            if as_json:
+                sys.exit(_json_error(exc.format_message(), "see `dsv4ctl COMMAND --help`", exc.exit_code))
+            exc.show()
+            sys.exit(exc.exit_code)
+        sys.exit(_report(exc, as_json))
+    if code == 130:
+        sys.exit(_report(KeyboardInterrupt(), as_json))
+    sys.exit(code if isinstance(code, int) else 0)
 
 
-def _report(exc: BaseException) -> int:
+def _is_usage_error(exc: BaseException) -> bool:
+    """A command-line error typer found itself (no such option, a bad value): click's ClickException, which typer
+    does not export; recognised by its public methods rather than by importing typer's internals."""
+    return callable(getattr(exc, "show", None)) and callable(getattr(exc, "format_message", None)) \
+        and isinstance(getattr(exc, "exit_code", None), int)
+
+
+def _json_error(message: str, hint: str | None, exit_code: int) -> int:
+    import json
+
+    sys.stderr.write(json.dumps({"error": {"message": message, "hint": hint, "exit_code": exit_code}},
+                                ensure_ascii=False) + "\n")
+    return exit_code
+
+
+def _report(exc: BaseException, as_json: bool = False) -> int:
     """Tell the user what failed in one line (the findings of an invalid spec first); return the exit code."""
     import os
 
@@ -76,12 +103,14 @@ def _report(exc: BaseException) -> int:
         import traceback
 
         traceback.print_exception(exc)
-    if isinstance(exc, SpecInvalid):
+    if isinstance(exc, SpecInvalid) and not as_json:
         for finding in exc.findings:
             output.problem(str(finding))
         output.error(str(exc), hint="run `dsv4ctl validate SPEC` for every finding")
         return exc.exit_code
     explained = explain(exc)
+    if as_json:
+        return _json_error(explained.message, explained.hint, explained.exit_code)
     output.error(explained.message, hint=explained.hint)
     return explained.exit_code
 

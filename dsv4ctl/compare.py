@@ -131,7 +131,8 @@ def load_rows(store: Store, run_ids: list[int]) -> list[CompareRow]:
 
 
 def resolve_side(store: Store, ref: str) -> Side:
-    """A side: `tag:NAME`, run or job ids (`12,13,4711_2`), a spec file, or an experiment name."""
+    """A side: `tag:NAME`, run or job ids (`12,13,4711_2`, labels too), a spec file, an experiment name, or one
+    run's label (J17)."""
     if ref.startswith("tag:"):
         tag = ref[4:]
         ids = [r[0] for r in store.db.execute("SELECT id, tags FROM runs") if tag in (r[1] or "").split(",")]
@@ -146,7 +147,18 @@ def resolve_side(store: Store, ref: str) -> Side:
         marks = ",".join("?" * len(names))
         ids = [r[0] for r in store.db.execute(f"SELECT runs.id FROM runs JOIN experiments ON experiments.id = "
                                               f"runs.experiment_id WHERE experiments.name IN ({marks})", names)]
+        ids = ids or _run_by_label(store, ref)
     return Side(ref, load_rows(store, ids)) if ids else _none(ref)
+
+
+def _run_by_label(store: Store, ref: str) -> list[int]:
+    """A run named by its label (J17) or `latest`, when no experiment has that name."""
+    from .store import RunNotFound
+
+    try:
+        return [store.find_run(ref).id]
+    except RunNotFound:
+        return []
 
 
 def _none(ref: str) -> Side:

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import secrets
 from pathlib import Path
 
 from .errors import Dsv4Error
 from .judge.files import judge_files
-from .store import Store, now
+from .store import Store
 from .switches import BY_NAME
 from .judge.rules import Verdict
+
+
+def _label_like(job_id: str) -> bool:
+    import re
+
+    from .spec import LABEL_PATTERN, RESERVED_LABELS
+
+    return re.fullmatch(LABEL_PATTERN, job_id) is not None and job_id not in RESERVED_LABELS  # a bare number would read as a run id
 
 
 def parse_switches(pairs: list[str]) -> dict[str, str]:
@@ -27,7 +35,9 @@ def parse_switches(pairs: list[str]) -> dict[str, str]:
 
 
 def ingest_log(store: Store, log: Path, experiment: str, sacct: Path | None, switch_pairs: list[str],
-               tags: list[str]) -> tuple[int, Verdict]:
+               tags: list[str], label: str | None = None) -> tuple[int, Verdict]:
+    """Judge a log (and its sacct text) and record it as a run. Its label is `label`, else the job id the
+    scheduler record names (J08), made unique (J08-2) when another run has it already."""
     switches = parse_switches(switch_pairs)
     verdict = judge_files(log, sacct)
     # An ingested run has no spec: its experiment row records what is known, hashed like a spec.
@@ -36,8 +46,10 @@ def ingest_log(store: Store, log: Path, experiment: str, sacct: Path | None, swi
     experiment_id = store.experiment_id(experiment, hashlib.sha256(text.encode()).hexdigest()[:12], text,
                                         str(log))
     sched = verdict.scheduler or {}
-    token = "ingest-" + hashlib.sha256(f"{log.resolve()}|{now()}|{os.getpid()}".encode()).hexdigest()[:12]
-    run_id = store.add_run(experiment_id=experiment_id, backend="ingest", token=token,
+    token = f"ingest-{secrets.token_hex(6)}"  # the same log ingested twice in one second is two runs
+    if label is None and sched.get("job_id") and _label_like(sched["job_id"]):
+        label = store.free_label(sched["job_id"])
+    run_id = store.add_run(experiment_id=experiment_id, backend="ingest", token=token, label=label,
         state=sched.get("state") or "INGESTED",
         job_id=sched.get("job_id"), exit_code=sched.get("exit_code"), signal=sched.get("signal"),
         elapsed_s=sched.get("elapsed_s"), max_rss_kib=sched.get("max_rss_kib"), node=sched.get("node_list"),

@@ -54,6 +54,16 @@ def problem(message: str) -> None:
     _console(True).print(escape(message), style="red")
 
 
+def info(message: str) -> None:
+    """A note about how the command ran (which database it used) on stderr: never mixed into --json stdout."""
+    _console(True).print(escape(message), style="dim")
+
+
+def progress(message: str) -> None:
+    """A line of progress while waiting, on stderr: stdout stays the result alone (clean --json)."""
+    _console(True).print(escape(message), markup=True)
+
+
 def warn(message: str) -> None:
     _console(True).print(f"[yellow]warning:[/] {escape(message)}")
 
@@ -77,17 +87,19 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
 
 
 class _LiveStatus:
-    """Progress while waiting on jobs: a live table on a terminal, one line per change elsewhere (CI logs)."""
+    """Progress while waiting on jobs, on stderr (stdout stays the result, clean for --json): a live table with each
+    run's state, stage and elapsed time on a terminal, one line per change elsewhere (CI logs); nothing if quiet."""
 
-    def __init__(self) -> None:
+    def __init__(self, quiet: bool = False) -> None:
         self.live = None
+        self.quiet = quiet
         self.last_line = ""
 
     def __enter__(self) -> "_LiveStatus":
-        if _console().is_terminal:
+        if not self.quiet and _console(True).is_terminal:
             from rich.live import Live
 
-            self.live = Live(console=_console(), refresh_per_second=4, transient=False)
+            self.live = Live(console=_console(True), refresh_per_second=4, transient=False)
             self.live.__enter__()
         return self
 
@@ -96,6 +108,10 @@ class _LiveStatus:
             self.live.__exit__(*exc)
 
     def update(self, rows: list, verdicts: dict, notes: list[str]) -> None:
+        from .watch import elapsed_of, stage_of
+
+        if self.quiet:
+            return
         judged = sum(1 for r in rows if r.id in verdicts)
         states: dict[str, int] = {}
         for r in rows:
@@ -104,7 +120,7 @@ class _LiveStatus:
         line += "".join(f" · {n}" for n in notes)
         if self.live is None:
             if line != self.last_line:
-                _console().print(line, markup=False)
+                progress(line)
                 self.last_line = line
             return
         from rich.console import Group
@@ -113,14 +129,17 @@ class _LiveStatus:
         from rich.text import Text
 
         grid = Table(show_header=True, header_style="bold")
-        for column in ("run", "experiment", "job", "state", "verdict"):
+        for column in ("run", "label", "job", "state", "stage", "elapsed", "verdict"):
             grid.add_column(column)
         for r in rows:
             v = verdicts.get(r.id)
-            grid.add_row(str(r.id), r.experiment, r.job_id or "-", r.state, v["status"] if v else "…")
+            elapsed = elapsed_of(r)
+            grid.add_row(str(r.id), r.data.get("label") or "-", r.job_id or "-", r.state,
+                         (stage_of(r.log_path) or "-") if r.state not in ("PLANNED", "PENDING") else "-",
+                         "-" if elapsed is None else f"{elapsed}s", v["status"] if v else "…")
         self.live.update(Group(grid, ProgressBar(total=max(len(rows), 1), completed=judged, width=40),
                                Text(line)))
 
 
-def live_status() -> _LiveStatus:
-    return _LiveStatus()
+def live_status(quiet: bool = False) -> _LiveStatus:
+    return _LiveStatus(quiet)

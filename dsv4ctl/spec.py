@@ -21,6 +21,15 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+=,-]{0,127}$"
 # Values that land on an `#SBATCH` line, which sbatch parses itself (no shell quoting applies there).
 SBATCH_VALUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=,/%-]*$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# A run's short name (J18): starts with a letter, so it never reads as a run id; `latest` is a keyword.
+LABEL_PATTERN = r"^[A-Za-z][A-Za-z0-9._-]{0,63}$"
+RESERVED_LABELS = ("latest",)
+
+
+def label_safe(value: str | None) -> str | None:
+    if value in RESERVED_LABELS:
+        raise ValueError(f"{value!r} is a keyword (the newest run), not a label")
+    return value
 # What no value written into the job script may hold: a NUL ends a C string, so bash, execve and the environment
 # cannot carry it (bash drops it silently: the job would run with another value). Every other character travels
 # byte-identical through shlex quoting (tests/test_render.py), so it is not refused.
@@ -154,6 +163,8 @@ class ThroughputSpec(_Strict):
 
 class ExperimentSpec(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
+    label: Annotated[str | None, AfterValidator(label_safe)] = Field(None, pattern=LABEL_PATTERN,
+                              description="Short name of the run (J18); several runs get J18.1, J18.2, ...")
     description: str = ""
     tags: list[str] = Field(default_factory=list)
     platform: Platform = "gfx936"
@@ -195,7 +206,8 @@ class ExperimentSpec(_Strict):
 
     def snapshot(self) -> dict[str, Any]:
         """The resolved spec as plain JSON data: what travels beside the job script."""
-        return self.model_dump(mode="json")
+        # The label names runs, not the experiment: two labels of one spec are one experiment (same hash).
+        return self.model_dump(mode="json", exclude={"label"})
 
     def spec_hash(self) -> str:
         canonical = json.dumps(self.snapshot(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))

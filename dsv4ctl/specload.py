@@ -338,7 +338,32 @@ def resolve_relative_paths(doc: Document) -> None:
             section[path[1]] = [_resolve(v, doc.locate(path + (i,))) for i, v in enumerate(section[path[1]])]
 
 
+def apply_site_defaults(doc: Document) -> None:
+    """What the project config (dsv4ctl.toml) sets and the spec does not: partition, account, qos, venv, modules,
+    and a relative model path taken under the site's model root."""
+    from .config import load_config, site_defaults
+
+    config = load_config()
+    for section, values in site_defaults(config).items():
+        target = doc.data.get(section)
+        if target is None:
+            target = doc.data[section] = {}
+        if not isinstance(target, dict):
+            continue  # validation reports the bad section with its location
+        for key, value in values.items():
+            if key == "extra" and isinstance(target.get("extra", {}), dict):
+                target["extra"] = {**value, **target.get("extra", {})}
+            else:
+                target.setdefault(key, value)
+    model = doc.data.get("model")
+    if config.model_root and isinstance(model, dict) and isinstance(model.get("path"), str):
+        path = model["path"]
+        if path and not path.startswith(("/", "./", "../", "~")):
+            model["path"] = f"{config.model_root.rstrip('/')}/{path}"
+
+
 def validate_document(doc: Document, source: Path) -> list[LoadedSpec]:
+    apply_site_defaults(doc)
     resolve_relative_paths(doc)
     matrix = doc.data.get("matrix") or {}
     if not isinstance(matrix, dict) or not all(isinstance(v, list) and v for v in matrix.values()):

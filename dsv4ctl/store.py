@@ -20,9 +20,10 @@ from typing import Any
 import sqlite_utils
 
 from .dbfile import BUSY_TIMEOUT_S, StoreError, connect, writable  # noqa: F401 - re-exported
-from .errors import Dsv4Error
+from .errors import Dsv4Error, UsageError
 
 DEFAULT_DB = "results.db"
+LATEST = "latest"  # accepted wherever a run or a campaign is named: the newest one
 
 # Run states: the one list (judge/states.py); dsv4ctl's own words re-exported for the modules that set them.
 from .judge.states import FINAL, LOST, PLANNED, SUBMIT_FAILED, SUBMITTING, UNKNOWN  # noqa: F401, E402
@@ -31,7 +32,32 @@ NOT_WAITING = (PLANNED, SUBMIT_FAILED, LOST)
 
 
 class RunNotFound(Dsv4Error):
-    """No run matches the given run id, job id or token."""
+    """No run matches the given run id, label, job id or token."""
+
+
+class CampaignNotFound(RunNotFound):
+    """No campaign has the given name: a usage error, the message names the closest known ones."""
+
+    exit_code = 2
+
+
+class LabelTaken(UsageError):
+    """A label is already used by another run of this database."""
+
+
+def closest(word: str, known: Iterable[str]) -> str:
+    """`; did you mean X?` when one known word is close to `word`, else the known words (at most 10)."""
+    import difflib
+
+    known = list(known)
+    near = difflib.get_close_matches(word, known, n=1, cutoff=0.6) or difflib.get_close_matches(
+        word.lower(), [k.lower() for k in known], n=1, cutoff=0.6)
+    if near:
+        return f"; did you mean {near[0]!r}?"
+    if not known:
+        return ""
+    shown = ", ".join(known[:10]) + (f" (+{len(known) - 10} more)" if len(known) > 10 else "")
+    return f"; known: {shown}"
 
 
 INT64_MAX = 2**63 - 1
@@ -106,8 +132,15 @@ def m003_judge_error(db: sqlite_utils.Database) -> None:
     db["runs"].add_column("judge_error", str)
 
 
+def m004_labels(db: sqlite_utils.Database) -> None:
+    # A short name per run (J18), unique in the database; runs recorded before get J<run id>.
+    db["runs"].add_column("label", str)
+    db.execute("UPDATE runs SET label = 'J' || id WHERE label IS NULL")
+    db["runs"].create_index(["label"], unique=True)
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (m001_initial, m002_campaign_plan,
-                                                                    m003_judge_error)
+                                                                    m003_judge_error, m004_labels)
 
 
 def _recorded_migrations(db: sqlite_utils.Database) -> set[str]:
@@ -167,6 +200,20 @@ class RunRow:
             return self.data[name]
         except KeyError:
             raise AttributeError(name) from None
+
+    def to_json(self) -> dict[str, Any]:
+        """The one JSON shape of a run (runs, show, status, submit): nested objects and arrays, never JSON inside a
+        string, and null where the scheduler printed a placeholder ("Unknown", "None assigned")."""
+        data = {k: (None if v in PLACEHOLDERS else v) for k, v in self.data.items()
+                if k not in ("point_json", "switches_json", "tags")}
+        data["point"] = json.loads(self.data.get("point_json") or "{}")
+        data["switches"] = json.loads(self.data.get("switches_json") or "{}")
+        data["tags"] = [t for t in (self.data.get("tags") or "").split(",") if t]
+        data["ingested"] = bool(self.data.get("ingested"))
+        return data
+
+
+PLACEHOLDERS = ("Unknown", "None assigned", "None", "(null)", "")
 
 
 class Store:
@@ -234,17 +281,63 @@ class Store:
         return row[0]
 
     def campaign(self, name: str) -> dict[str, Any]:
-        row = self.db.execute("SELECT * FROM campaigns WHERE name = ?", [name]).fetchone()
+        """A campaign by name, or the newest for `latest`; RunNotFound naming the closest known ones."""
+        if name == LATEST:
+            cursor = self.db.execute("SELECT * FROM campaigns ORDER BY id DESC LIMIT 1")
+        else:
+            cursor = self.db.execute("SELECT * FROM campaigns WHERE name = ?", [name])
+        row = cursor.fetchone()
         if row is None:
-            raise RunNotFound(f"no campaign named {name!r} (see `dsv4ctl runs`)")
-        return dict(zip([d[0] for d in self.db.execute("SELECT * FROM campaigns LIMIT 0").description], row))
+            if name == LATEST:
+                raise CampaignNotFound("no campaign recorded yet (submit one: `dsv4ctl submit SPEC`)")
+            known = [r[0] for r in self.db.execute("SELECT name FROM campaigns ORDER BY id DESC")]
+            raise CampaignNotFound(f"no campaign named {name!r}{closest(name, known)} (see `dsv4ctl campaigns`)")
+        return dict(zip([d[0] for d in cursor.description], row))
+
+    def campaign_name(self, name: str | None) -> str | None:
+        """The stored name of a campaign given by name or `latest` (None stays None); unknown names refused."""
+        return None if name is None else self.campaign(name)["name"]
+
+    def campaigns(self) -> list[dict[str, Any]]:
+        """Every campaign, newest first, with its run counts: runs, passed, failed (judged, not passed), running
+        (still followed)."""
+        idle = ",".join("?" * (len(NOT_WAITING) + len(FINAL)))
+        cursor = self.db.execute(
+            f"SELECT c.name, c.created_at, c.backend, count(r.id), "
+            f"coalesce(sum(v.passed = 1), 0), coalesce(sum(v.passed = 0), 0), "
+            f"coalesce(sum(r.id IS NOT NULL AND r.state NOT IN ({idle})), 0) "
+            f"FROM campaigns c LEFT JOIN runs r ON r.campaign_id = c.id "
+            f"LEFT JOIN verdicts v ON v.run_id = r.id GROUP BY c.id ORDER BY c.id DESC",
+            [*NOT_WAITING, *sorted(FINAL)])
+        names = ("name", "created_at", "backend", "runs", "passed", "failed", "running")
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
 
     # -- runs --
 
     def add_run(self, **fields: Any) -> int:
+        """Record a run; with no `label`, it gets J<run id> (or the next free J<run id>-N)."""
         fields.setdefault("updated_at", now())
+        label = fields.pop("label", None)
         with self.transaction():
-            return self.db["runs"].insert({k: bindable(v) for k, v in fields.items()}).last_pk
+            if label is not None:
+                self._check_label_free(label)
+            run_id = self.db["runs"].insert({k: bindable(v) for k, v in fields.items()}).last_pk
+            self.db.execute("UPDATE runs SET label = ? WHERE id = ?", [label or self.free_label(f"J{run_id}"),
+                                                                       run_id])
+            return run_id
+
+    def _check_label_free(self, label: str) -> None:
+        taken = self.db.execute("SELECT id FROM runs WHERE label = ?", [label]).fetchone()
+        if taken:
+            raise LabelTaken(f"label {label!r} is taken by run {taken[0]}: choose another --label")
+
+    def free_label(self, wanted: str) -> str:
+        """`wanted`, or `wanted-2`, `wanted-3`... whichever is not used yet."""
+        label, n = wanted, 1
+        while self.db.execute("SELECT 1 FROM runs WHERE label = ?", [label]).fetchone():
+            n += 1
+            label = f"{wanted}-{n}"
+        return label
 
     def update_run(self, run_id: int, **fields: Any) -> None:
         fields["updated_at"] = now()
@@ -296,13 +389,13 @@ class Store:
             params.append(experiment)
         if state:
             clauses.append("runs.state = ?")
-            params.append(state.upper())
+            params.append(known_state(state))
         if campaign:
             clauses.append("campaigns.name = ?")
-            params.append(campaign)
+            params.append(self.campaign_name(campaign))
         if status:
             clauses.append("runs.id IN (SELECT run_id FROM verdicts WHERE status = ?)")
-            params.append(status)
+            params.append(known_status(status))
         return self._select(" AND ".join(clauses) or "1", params)
 
     def runs_by_ids(self, run_ids: list[int]) -> list[RunRow]:
@@ -331,13 +424,17 @@ class Store:
         return sorted(rows, key=lambda r: r.id)
 
     def find_run(self, ref: str) -> RunRow:
-        """A run by run id (`12`), job id (`4711`, `4711_3`, `local:123`) or token."""
+        """A run by run id (`12`), label (`J17`), job id (`4711`, `4711_3`, `local-123`) or token; `latest` is the
+        newest run."""
         rows = []
-        if ref.isdigit() and int(ref) <= INT64_MAX:  # beyond SQLite's integers it can only be a job id or token
+        if ref == LATEST:
+            rows = self._select("runs.id = (SELECT max(id) FROM runs)")
+        elif ref.isdigit() and int(ref) <= INT64_MAX:  # beyond SQLite's integers: a label, job id or token
             rows = self._select("runs.id = ?", [int(ref)])
+        rows = rows or self._select("runs.label = ?", [ref])
         rows = rows or self._select("runs.job_id = ? OR runs.token = ?", [ref, ref])
         if not rows:
-            raise RunNotFound(f"no run with id, job id or token {ref!r} (see `dsv4ctl runs`)")
+            raise RunNotFound(f"no run with id, label, job id or token {ref!r} (see `dsv4ctl runs`)")
         return rows[-1]
 
     # -- verdicts and metrics --
@@ -384,6 +481,27 @@ class Store:
                 self.db.execute("SELECT name, value FROM metrics WHERE run_id = ?", [run_id])}
 
 
+def known_state(state: str) -> str:
+    """A scheduler state as stored (any case); UsageError listing the known ones otherwise."""
+    from .judge.states import ACTIVE, OWN
+
+    known = sorted(FINAL | ACTIVE | OWN | {"INGESTED"})
+    word = state.strip().upper()
+    if word not in known:
+        raise UsageError(f"unknown state {state!r}; known states: {', '.join(known)}")
+    return word
+
+
+def known_status(status: str) -> str:
+    """A verdict status (any case); UsageError listing the known ones otherwise."""
+    from .judge.rules import STATUSES
+
+    word = status.strip().lower()
+    if word not in STATUSES:
+        raise UsageError(f"unknown verdict status {status!r}; known statuses: {', '.join(STATUSES)}")
+    return word
+
+
 class _ClaimLost(Exception):
     """Another process took one of the runs first."""
 
@@ -406,6 +524,15 @@ class _Transaction:
             self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
-def open_store(path: str | os.PathLike[str] | None = None) -> Store:
-    """The store at `path`, else $DSV4CTL_DB, else ./results.db; created and migrated on first use."""
-    return Store(path or os.environ.get("DSV4CTL_DB") or DEFAULT_DB)
+def open_store(path: str | os.PathLike[str] | None = None, announce: bool = True) -> Store:
+    """The store at `path`, else $DSV4CTL_DB, else the project config's (dsv4ctl.toml), else ./results.db; created
+    and migrated on first use. Unless it is ./results.db, which one is said on stderr (`announce`)."""
+    from .config import database, database_note
+
+    found = database(path)
+    note = database_note(found) if announce else None
+    if note:
+        from . import output
+
+        output.info(note)
+    return Store(found.value)

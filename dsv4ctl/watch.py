@@ -4,18 +4,27 @@ and each job judged once it has settled in a final state."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .campaign import reconcile
+from .errors import Dsv4Error
 from .judge.scan import parse_file
 from .judge.sacct import SchedulerSummary
-from .judge.states import PAUSED, normalise
+from .judge.states import FINAL, PAUSED, normalise
 from .scheduler import JobRef, JobStatus, get_scheduler
 from .store import SUBMITTING, RunRow, Store, StoreError
-from .judge.rules import Verdict, judge, options_for_spec
+from .judge.rules import Verdict, VerdictOptions, judge, options_for_spec
+
+class WaitTimedOut(Dsv4Error):
+    """A wait's --timeout passed with runs still in flight (they go on; exit 3)."""
+
+    exit_code = 3
+    hint = "the runs go on: `dsv4ctl status --watch` (or `dsv4ctl logs latest -f`) picks the wait up again"
+
 
 SETTLE_GRACE_S = 15  # sacct fills step rows in a few seconds after the job row turns final
 
@@ -59,9 +68,75 @@ def _age_s(stamp: str | None) -> float:
 HELD_REASONS = ("JobHeldUser", "JobHeldAdmin", "job requeued in held state")  # squeue's reasons for a held job
 
 
+# Pending reasons that never clear by themselves (Slurm's job_reason_codes page): the request exceeds what the
+# partition, association or QOS allows per job, or names something the job may not use. Someone has to change the
+# job (cancel and resubmit) or the cluster; waiting longer changes nothing.
+STUCK_REASONS = frozenset({"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "PartitionDown",
+                           "PartitionInactive", "AccountNotAllowed", "QOSNotAllowed", "InvalidAccount", "InvalidQOS",
+                           "BadConstraints", "DependencyNeverSatisfied", "JobLaunchFailure"})
+STUCK_PREFIXES = ("AssocMax", "QOSMax")  # AssocMax*, QOSMax*: a part of the request exceeds a per-job maximum
+STUCK_PATTERN = re.compile(r"^Max\w*PerAccount$")  # Max*PerAccount: exceeds the QOS's per-account limit
+
+
+def stuck_reason(state: str, detail: str | None) -> str | None:
+    """The pending reason of a job that can never start as submitted, or None. ReqNodeNotAvail counts only when
+    squeue names unavailable (down, drained) nodes, not when they are merely reserved."""
+    if normalise(state) != "PENDING" or not detail:
+        return None
+    reason = detail.strip().strip("()").strip()
+    word = reason.split(",", 1)[0].strip()
+    if word in STUCK_REASONS or word.startswith(STUCK_PREFIXES) or STUCK_PATTERN.match(word):
+        return reason
+    if word == "ReqNodeNotAvail" and "UnavailableNodes" in reason:
+        return reason
+    return None
+
+
+STAGE_TAIL_BYTES = 64 * 1024  # a stage line is printed at every stage change: the last one is near the end
+_STAGE = re.compile(rb"### STAGE: *([^\r\n]*)")
+
+
+def stage_of(log_path: str | Path | None, tail_bytes: int = STAGE_TAIL_BYTES) -> str | None:
+    """The last `### STAGE:` of a raw log, reading only its last `tail_bytes` (a log can be gigabytes)."""
+    if not log_path:
+        return None
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - tail_bytes))
+            tail = f.read(tail_bytes)
+    except OSError:
+        return None
+    found = _STAGE.findall(tail)
+    return found[-1].decode("utf-8", "replace").strip()[:40] or None if found else None
+
+
+def elapsed_of(row: RunRow) -> int | None:
+    """Seconds the job has run: the scheduler's figure, else since it started (still running)."""
+    if row.data.get("elapsed_s") is not None:
+        return row.elapsed_s
+    if row.data.get("started_at"):
+        try:
+            return int(_age_s(row.started_at))
+        except ValueError:
+            return None
+    return None
+
+
 def is_paused(state: str, detail: str | None = None) -> bool:
     """A job that will not move until someone acts: stopped, suspended, or pending because it is held."""
     return normalise(state) in PAUSED or (normalise(state) == "PENDING" and (detail or "") in HELD_REASONS)
+
+
+def _where(row: RunRow) -> str:
+    """` (stage generate, 42s)` for a run that has started; empty before."""
+    if normalise(row.state) in ("PENDING", "PLANNED", "SUBMITTING"):
+        return ""
+    parts = [f"stage {stage}" if (stage := stage_of(row.data.get("log_path"))) else "",
+             f"{elapsed}s" if (elapsed := elapsed_of(row)) is not None else ""]
+    parts = [p for p in parts if p]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def waiting_on(rows: list[RunRow], judged: set[int], limit: int = 8) -> str:
@@ -70,9 +145,13 @@ def waiting_on(rows: list[RunRow], judged: set[int], limit: int = 8) -> str:
     left = [r for r in rows if r.id not in judged]
     if not left:
         return "nothing left to wait on"
-    shown = ", ".join(f"run {r.id} {r.state}" for r in left[:limit]) + (f" (+{len(left) - limit} more)"
+    shown = ", ".join(f"run {r.id} {r.state}{_where(r)}" for r in left[:limit]) + (f" (+{len(left) - limit} more)"
                                                                            if len(left) > limit else "")
     line = f"waiting on {len(left)} run(s): {shown}"
+    stuck = [(r, reason) for r in left if (reason := stuck_reason(r.state, r.data.get("state_detail")))]
+    if stuck:
+        line += " · can never start as submitted (cancel, fix the spec, resubmit): " + ", ".join(
+            f"run {r.id} PENDING ({reason})" + (f" job {r.job_id}" if r.job_id else "") for r, reason in stuck)
     paused = [r for r in left if is_paused(r.state, r.data.get("state_detail"))]
     if paused:
         line += " · paused until someone releases or resumes them: " + ", ".join(
@@ -158,19 +237,86 @@ def watch(store: Store, run_ids: list[int] | None = None, on_round=None, interva
         time.sleep(delay)
 
 
+def stored_status(store: Store, row: RunRow) -> JobStatus | None:
+    """The scheduler record a run was last judged or polled with: the stored verdict's, else the run's columns
+    when they hold a final state. None when nothing final was ever recorded."""
+    previous = (store.verdict(row.id) or {}).get("scheduler")
+    if previous and previous.get("state"):
+        return JobStatus(previous.get("job_id") or row.job_id or "", previous["state"],
+                         state_detail=previous.get("state_detail"), exit_code=previous.get("exit_code"),
+                         signal=previous.get("signal"), elapsed_s=previous.get("elapsed_s"),
+                         max_rss_kib=previous.get("max_rss_kib"), node=previous.get("node_list"), source="stored",
+                         settled=True)
+    if row.job_id and row.state in FINAL:
+        return JobStatus(row.job_id, row.state, state_detail=row.state_detail, exit_code=row.exit_code,
+                         signal=row.signal, elapsed_s=row.elapsed_s, max_rss_kib=row.max_rss_kib, node=row.node,
+                         source="stored", settled=True)
+    return None
+
+
 def rejudge(ref: str, db: str | None = None) -> tuple[Verdict, Path]:
-    """`dsv4ctl verdict JOB`: judge a stored run again from its log and the scheduler's live record."""
-    from .judge.files import judge_files
+    """`dsv4ctl verdict RUN`: judge a stored run again from its log, with the scheduler's live record where it has
+    one that is final, else the record stored with the run (sacct forgets old jobs; an ingested run has no live
+    record): re-judging never throws away what was recorded."""
     from .store import open_store
 
     store = open_store(db)
     row = store.find_run(ref)
-    if row.ingested:
-        verdict = judge_files(Path(row.log_path))
-        store.save_verdict(row.id, verdict.to_json())
-        return verdict, Path(row.log_path)
     status = None
-    if row.job_id:
+    if row.job_id and not row.ingested:
         statuses, _ = get_scheduler(row.backend).poll([JobRef(row.job_id, Path(row.run_dir))])
         status = statuses.get(row.job_id)
+    if status is None or not status.is_final:
+        status = stored_status(store, row) or status
+    if row.ingested:  # no spec: the default verdict options, as when it was ingested
+        from .errors import LogError
+
+        try:
+            facts = parse_file(row.log_path, VerdictOptions())
+        except OSError as exc:
+            raise LogError(f"cannot read log {row.log_path}: {exc}") from None
+        verdict = judge(facts, summary_of(status) if status else None, VerdictOptions())
+        store.save_verdict(row.id, verdict.to_json())
+        return verdict, Path(row.log_path)
     return judge_run(store, row, status), Path(row.log_path)
+
+
+def follow_log(store: Store, row: RunRow, *, follow: bool, write, note, timeout_s: float | None = None,
+               interval_s: float = 1.0, poll_every_s: float = 5.0) -> None:
+    """`dsv4ctl logs`: say the run's state and current stage (`note`), write raw.log (`write`), and with `follow`
+    keep writing what is appended until the run is final (polled every `poll_every_s`, judged like any wait).
+    WaitTimedOut when `timeout_s` passes first."""
+    import codecs
+
+    path = Path(row.log_path) if row.log_path else None
+    stage = stage_of(path)
+    note(f"run {row.id} ({row.data.get('label')}) {row.state}" + (f", stage {stage}" if stage else "")
+         + ("" if path and path.exists() else f"; no log yet at {path}" if path else "; no log recorded"))
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    offset = 0
+    started = last_poll = time.monotonic()
+
+    def drain() -> None:
+        nonlocal offset
+        if path is None or not path.exists():
+            return
+        with open(path, "rb") as f:
+            f.seek(offset)
+            while chunk := f.read(1 << 16):
+                offset += len(chunk)
+                write(decoder.decode(chunk))
+
+    drain()
+    if not follow:
+        return
+    while store.runs_in_flight([row.id]):
+        if timeout_s is not None and time.monotonic() - started > timeout_s:
+            raise WaitTimedOut(f"stopped following run {row.id} after {timeout_s:g} s; it is still running")
+        time.sleep(interval_s)
+        drain()
+        if time.monotonic() - last_poll >= poll_every_s and not store.read_only:
+            poll_once(store, [row.id])
+            last_poll = time.monotonic()
+    drain()
+    final = store.find_run(str(row.id))
+    note(f"run {final.id} ({final.data.get('label')}) {final.state}")

@@ -60,7 +60,8 @@ def test_ingest_earlier_logs(cli, tmp_path):
     cli("ingest", "--log", LOGS / "J17.log", "--sacct", LOGS / "J17.sacct", "--experiment", "report", "--db", db)
     rows = json.loads(cli("runs", "--experiment", "report", "--db", db, "--json").stdout)
     assert [r["verdict"]["status"] for r in rows] == ["degenerate", "coherent"]
-    assert rows[0]["state"] == "COMPLETED" and json.loads(rows[0]["switches_json"]) == {"DSV4_MOE_ROUTING_Q1": "1"}
+    assert rows[0]["state"] == "COMPLETED" and rows[0]["switches"] == {"DSV4_MOE_ROUTING_Q1": "1"}
+    assert rows[0]["tags"] == [] and rows[0]["point"] == {} and "switches_json" not in rows[0]
     passed = json.loads(cli("runs", "--status", "coherent", "--db", db, "--json").stdout)
     assert len(passed) == 1
     # ingested runs are never polled
@@ -73,4 +74,4 @@ def test_unknown_run_is_a_clear_error(tmp_path):
 
     done = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "show", "999", "--db", str(tmp_path / "r.db")],
                           capture_output=True, text=True)
-    assert done.returncode == 1 and "no run with id" in done.stderr and "dsv4ctl runs" in done.stderr
+    assert done.returncode == 1 and "no run with id, label" in done.stderr and "dsv4ctl runs" in done.stderr

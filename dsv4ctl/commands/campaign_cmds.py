@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from .options import BackendOpt, DbOpt, JsonOpt, check_campaign, check_repeats
+from .options import (BackendOpt, DbOpt, JsonOpt, RunsDirOpt, TimeoutOpt, check_campaign, check_repeats,
+                      open_store)
 
 
 def suite(directory: Annotated[Path, typer.Argument(help="A folder of specs (experiments/regression-cpu).",
@@ -16,13 +17,15 @@ def suite(directory: Annotated[Path, typer.Argument(help="A folder of specs (exp
           repeats: Annotated[Optional[int], typer.Option(callback=check_repeats, help="Runs per case [default: each spec's].")] = None,
           platform: Annotated[str, typer.Option(help="What this cluster has: cases for other platforms are "
                                                      "skipped with the reason.")] = "cpu",
-          backend: BackendOpt = "auto",
+          backend: BackendOpt = None,
           campaign: Annotated[Optional[str], typer.Option(callback=check_campaign, help="Campaign name.")] = None,
-          runs_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("runs"),
+          runs_dir: RunsDirOpt = None,
+          timeout: TimeoutOpt = None,
           db: DbOpt = None, json: JsonOpt = False) -> None:
-    """Run a regression suite as one campaign and print the pass/fail matrix. Exit 0 only if every case passed."""
+    """Run a regression suite as one campaign and print the pass/fail matrix. Exit 0 only if every case passed,
+    3 when --timeout passed first."""
     from ..campaign import submit as submit_campaign
-    from ..store import open_store
+    from ..config import runs_dir as configured_runs_dir
     from ..suite import plan_suite, suite_matrix
     from .run_cmds import _watch_until_done
 
@@ -35,10 +38,11 @@ def suite(directory: Annotated[Path, typer.Argument(help="A folder of specs (exp
         campaign = f"suite-{directory.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     name = campaign
     if plan.runnable:
-        outcome = submit_campaign(store, plan.runnable, backend, repeats=repeats, runs_root=runs_dir,
-                                  campaign=campaign, command=f"dsv4ctl suite {directory}")
+        outcome = submit_campaign(store, plan.runnable, backend, repeats=repeats,
+                                  runs_root=configured_runs_dir(runs_dir), campaign=campaign,
+                                  command=f"dsv4ctl suite {directory}")
         name, run_ids = outcome.campaign, outcome.run_ids
-        _watch_until_done(store, run_ids, quiet=json)
+        _watch_until_done(store, run_ids, timeout_s=timeout)
     cases = suite_matrix(store, name, plan.skipped) if plan.runnable else \
         suite_matrix(store, "", plan.skipped)
     if json:
@@ -59,16 +63,19 @@ def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a mat
           = None,
           repeats: Annotated[Optional[int], typer.Option(callback=check_repeats, help="Runs per point [default: spec.repeats].")] = None,
           campaign: Annotated[Optional[str], typer.Option(
-              callback=check_campaign, help="Name it; if it exists, resume it (unfinished points only) instead of submitting.")] = None,
-          backend: BackendOpt = "auto",
-          runs_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("runs"),
+              callback=check_campaign, help="Name it; if it exists (or is `latest`), resume it (unfinished points only) instead of submitting.")] = None,
+          backend: BackendOpt = None,
+          runs_dir: RunsDirOpt = None,
           wait: Annotated[bool, typer.Option(help="Wait for every run before summarising.")] = True,
+          timeout: TimeoutOpt = None,
           db: DbOpt = None, json: JsonOpt = False) -> None:
-    """Failure rate per matrix point with Wilson 95% intervals, and where failures start. Resumable."""
+    """Failure rate per matrix point with Wilson 95% intervals, and where failures start. Resumable.
+    Exit 3 when --timeout passed first."""
     from ..campaign import resume
     from ..campaign import submit as submit_campaign
+    from ..config import runs_dir as configured_runs_dir
     from ..errors import Dsv4Error
-    from ..store import RunNotFound, open_store
+    from ..store import RunNotFound
     from ..sweep import summarise_campaign
     from .run_cmds import _watch_until_done
 
@@ -78,17 +85,19 @@ def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a mat
         try:
             existing = store.campaign(campaign)
         except RunNotFound:
+            if campaign == "latest" or spec is None:
+                raise  # nothing to resume, and nothing to start: the message names the known campaigns
             existing = None
     if existing:
-        resume(store, campaign)
-        name = campaign
+        name = existing["name"]
+        resume(store, name)
     elif spec is not None:
-        name = submit_campaign(store, [spec], backend, repeats=repeats, campaign=campaign, runs_root=runs_dir,
-                               command=f"dsv4ctl sweep {spec}").campaign
+        name = submit_campaign(store, [spec], backend, repeats=repeats, campaign=campaign,
+                               runs_root=configured_runs_dir(runs_dir), command=f"dsv4ctl sweep {spec}").campaign
     else:
         raise Dsv4Error("give a SPEC to start a sweep, or --campaign NAME of an existing one")
     if wait:
-        _watch_until_done(store, [r.id for r in store.runs(campaign=name)], quiet=json)
+        _watch_until_done(store, [r.id for r in store.runs(campaign=name)], timeout_s=timeout)
     summary = summarise_campaign(store, name)
     if json:
         from dataclasses import asdict
@@ -105,21 +114,25 @@ def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a mat
                     f"{summary.boundary.judged}, {summary.boundary.interval[0]:.0%}–"
                     f"{summary.boundary.interval[1]:.0%}"
                     + (f"; {below.label}: 0/{below.judged}, at most {below.interval[1]:.0%}" if below else ""))
+    elif not any(p.judged for p in summary.points):
+        output.warn(f"nothing judged yet ({summary.pending} run(s) pending): no failure rate to read; "
+                    f"`dsv4ctl status --campaign {name} --watch`, then this again")
     else:
-        output.text("no failures")
+        output.text(f"no failures in {sum(p.judged for p in summary.points)} judged run(s)"
+                    + (f"; {summary.pending} still pending" if summary.pending else ""))
     output.text(f"next: dsv4ctl report {name} -o report.html")
 
 
-def report(campaign: Annotated[str, typer.Argument(callback=check_campaign, help="Campaign name (see `dsv4ctl runs --json`).")],
+def report(campaign: Annotated[str, typer.Argument(callback=check_campaign, help="Campaign name or `latest` (see `dsv4ctl campaigns`).")],
            out: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the page here.")] = None,
            markdown: Annotated[bool, typer.Option("--markdown", help="Markdown instead of HTML.")] = False,
            metric: Annotated[str, typer.Option(help="Metric whose distribution is plotted.")] = "gen_s",
            db: DbOpt = None) -> None:
     """A self-contained HTML (or Markdown) report of a campaign: runs, failure rates, metric distributions."""
     from ..report import render_html, render_markdown, report_data
-    from ..store import open_store
 
-    data = report_data(open_store(db), campaign, metric)
+    store = open_store(db)
+    data = report_data(store, store.campaign_name(campaign), metric)
     text = render_markdown(data) if markdown else render_html(data)
     if out:
         out.write_text(text, encoding="utf-8")
@@ -128,6 +141,20 @@ def report(campaign: Annotated[str, typer.Argument(callback=check_campaign, help
         output.raw(text)
 
 
+def campaigns(db: DbOpt = None, json: JsonOpt = False) -> None:
+    """List campaigns, newest first: when made, how many runs, passed, failed and still running."""
+    store = open_store(db)
+    rows = store.campaigns()
+    if json:
+        output.emit_json(rows)
+        return
+    output.table(f"{len(rows)} campaign(s)", ["campaign", "created", "runs", "passed", "failed", "running"],
+                 [(c["name"], (c["created_at"] or "")[:16].replace("T", " "), c["runs"], c["passed"], c["failed"],
+                   c["running"]) for c in rows])
+    if rows:
+        output.text(f"next: dsv4ctl runs --campaign {rows[0]['name']} (or --campaign latest)")
+
+
 def register(app: typer.Typer) -> None:
-    for command in (suite, sweep, report):
+    for command in (campaigns, suite, sweep, report):
         app.command()(command)

@@ -31,16 +31,11 @@ def compare(baseline: SideArg, candidate: SideArg, metric: MetricOpt = "gen_s",
     Exit 0 promote, 1 reject or blocked, 3 inconclusive, 2 usage (an unknown metric)."""
     from ..compare import compare as run_compare
     from ..compare import parse_metrics
-    from ..errors import Dsv4Error
     from ..store import open_store
 
-    try:
-        result = run_compare(open_store(db), baseline, candidate, parse_metrics(metric), alpha, factor, expect_diff,
-                             direction)
-    except Dsv4Error as exc:
-        if not json:
-            raise
-        raise typer.Exit(json_error(exc)) from None
+    # With --json, a failure is a JSON error object on stderr: cli.main does that for every command.
+    result = run_compare(open_store(db), baseline, candidate, parse_metrics(metric), alpha, factor, expect_diff,
+                         direction)
     if json:
         output.emit_json(result.to_json())
     elif markdown:
@@ -48,19 +43,6 @@ def compare(baseline: SideArg, candidate: SideArg, metric: MetricOpt = "gen_s",
     else:
         show(result)
     raise typer.Exit(result.exit_code)
-
-
-def json_error(exc: Exception) -> int:
-    """With --json a failure is a JSON object on stderr too: {"error": {"message", "hint", "exit_code"}}."""
-    import json
-    import sys
-
-    from ..errors import explain
-
-    explained = explain(exc)
-    sys.stderr.write(json.dumps({"error": {"message": explained.message, "hint": explained.hint,
-                                           "exit_code": explained.exit_code}}, ensure_ascii=False) + "\n")
-    return explained.exit_code
 
 
 # ---- drawing --------------------------------------------------------------------------------------------------------

@@ -19,9 +19,51 @@ SpecArg = Annotated[Path, typer.Argument(help="Experiment spec (YAML).", exists=
 SpecsArg = Annotated[list[Path], typer.Argument(help="Experiment spec files (YAML).", exists=True, dir_okay=False,
                                                 readable=True)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
-DbOpt = Annotated[Optional[Path], typer.Option("--db", envvar="DSV4CTL_DB", help="Results database.",
-                                               show_default="./results.db")]
-BackendOpt = Annotated[str, typer.Option(help="slurm, local, or auto (slurm when sbatch is on PATH).")]
+DbOpt = Annotated[Optional[Path], typer.Option(
+    "--db", help="Results database [env: DSV4CTL_DB; else dsv4ctl.toml's, else ./results.db].", show_default=False)]
+RunsDirOpt = Annotated[Optional[Path], typer.Option(
+    help="Where run directories go [env: DSV4CTL_RUNS_DIR; else dsv4ctl.toml's, else ./runs].", show_default=False)]
+TimeoutOpt = Annotated[Optional[float], typer.Option(
+    "--timeout", help="Stop waiting after this many seconds (exit 3); the runs go on.", min=0)]
+
+
+def check_label(value: str | None) -> str | None:
+    """--label: a short name that starts with a letter (J18), so it never reads as a run id."""
+    import re
+
+    from ..spec import LABEL_PATTERN, RESERVED_LABELS
+
+    if value is not None and (not re.fullmatch(LABEL_PATTERN, value) or value in RESERVED_LABELS):
+        raise typer.BadParameter(f"{value!r} is not a label: start with a letter, then letters, digits, . _ - "
+                                 "(at most 64; not `latest`)")
+    return value
+
+
+LabelOpt = Annotated[Optional[str], typer.Option(
+    callback=check_label, help="Name the run (J18); several runs get J18.1, J18.2, ... [default: the spec's "
+                               "label, else J<run id>].")]
+
+
+def open_store(db: Path | None):
+    """The store (imported on use: sqlite-utils is slow to import and `--help` must stay fast)."""
+    from ..store import open_store as _open
+
+    return _open(db)
+
+
+def check_backend(value: str | None) -> str | None:
+    """--backend: one of the registered backends, or auto; a typo is a usage error naming them."""
+    from ..scheduler import backend_names
+
+    if value is not None and value not in (*backend_names(), "auto"):
+        raise typer.BadParameter(f"{value!r} is not a backend; use one of: {', '.join(backend_names())}, auto")
+    return value
+
+
+BackendOpt = Annotated[Optional[str], typer.Option(
+    callback=check_backend, show_default=False,
+    help="slurm, local, or auto (slurm when sbatch is on PATH) [env: DSV4CTL_BACKEND; else dsv4ctl.toml's, "
+         "else auto].")]
 
 def check_repeats(value: int | None) -> int | None:
     """--repeats: at least 1 (0 or -1 would record an empty campaign) and at most MAX_REPEATS."""

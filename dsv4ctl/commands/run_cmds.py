@@ -10,14 +10,22 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from .options import BackendOpt, DbOpt, JsonOpt, SpecsArg, check_campaign, check_repeats
+from .options import (BackendOpt, DbOpt, JsonOpt, LabelOpt, RunsDirOpt, SpecsArg, TimeoutOpt, check_campaign,
+                      check_label, check_repeats, open_store)
+
+RunArg = Annotated[str, typer.Argument(help="Run id, label (J17), job id, token, or `latest`.")]
+CampaignOpt = Annotated[Optional[str], typer.Option(callback=check_campaign,
+                                                    help="Only this campaign's runs (a name or `latest`).")]
 
 
 def _runs_table(store, rows, title: str) -> None:
+    from ..watch import stuck_reason
+
     verdicts = store.verdict_summaries([r.id for r in rows])
-    output.table(title, ["run", "experiment", "job", "state", "exit", "elapsed", "verdict", "first blocker"],
-                 [(r.id, r.experiment, r.job_id or "-",
-                   r.state + (f" ({r.state_detail})" if r.state_detail and r.state == "PENDING" else ""),
+    output.table(title, ["run", "label", "campaign", "experiment", "job", "state", "exit", "elapsed", "verdict",
+                         "first blocker"],
+                 [(r.id, r.data.get("label") or "-", r.campaign or "-", r.experiment, r.job_id or "-",
+                   _state_cell(r, stuck_reason(r.state, r.data.get("state_detail"))),
                    f"{r.exit_code}:{r.signal}" if r.exit_code is not None else "-",
                    f"{r.elapsed_s}s" if r.elapsed_s is not None else "-",
                    _verdict_cell(verdicts.get(r.id)),
@@ -27,14 +35,21 @@ def _runs_table(store, rows, title: str) -> None:
                   for r in rows])
 
 
+def _state_cell(row, stuck: str | None) -> str:
+    if stuck:
+        return f"PENDING ({stuck}: can never start)"
+    return row.state + (f" ({row.state_detail})" if row.state_detail and row.state == "PENDING" else "")
+
+
 def _verdict_cell(v: dict | None) -> str:
     if not v:
         return "-"
-    return f"{v['status']}{' PASSED' if v['passed'] else ''}{' FALSE-GREEN' if v['false_green'] else ''}"
+    return f"{v['status']}{' PASSED' if v['passed'] else ''}{' FALSE GREEN' if v['false_green'] else ''}"
 
 
 def _run_json(store, row) -> dict:
-    data = dict(row.data)
+    """The one run object of every command's --json (see `RunRow.to_json`), with its verdict and metrics."""
+    data = row.to_json()
     data["verdict"] = store.verdict(row.id)
     data["metrics"] = store.metrics(row.id)
     return data
@@ -45,22 +60,22 @@ def _all_passed(store, run_ids: list[int]) -> bool:
     return bool(run_ids) and all(verdicts.get(i, {}).get("passed") for i in run_ids)
 
 
-def _watch_until_done(store, run_ids: list[int], quiet: bool) -> None:
+def _watch_until_done(store, run_ids: list[int], quiet: bool = False, timeout_s: float | None = None) -> None:
     """Follow these runs, and only these, until each is judged: a held job elsewhere in the database never
-    keeps this wait going. Progress names the runs and their states (paused ones as such); none with --json."""
-    from ..watch import waiting_on, watch
+    keeps this wait going. Progress (on stderr: stdout stays the result) names the runs with their state, stage and
+    elapsed time, and says which are paused or can never start. WaitTimedOut (exit 3) when `timeout_s` passes."""
+    from ..watch import WaitTimedOut, waiting_on, watch
 
     wanted = sorted(set(run_ids))
-    if quiet:
-        watch(store, wanted)
-        return
-    live = output.live_status()
+    live = output.live_status(quiet=quiet)
     with live:
         def on_round(report) -> None:
             rows = store.runs_by_ids(wanted)
             live.update(rows, store.verdict_summaries(wanted), [*report.notes, waiting_on(report.waiting, set())])
 
-        watch(store, wanted, on_round=on_round)
+        report = watch(store, wanted, on_round=on_round, timeout_s=timeout_s)
+    if report.in_flight:
+        raise WaitTimedOut(f"stopped waiting after {timeout_s:g} s: {waiting_on(report.waiting, set())}")
 
 
 def submit(specs: SpecsArg,
@@ -69,42 +84,45 @@ def submit(specs: SpecsArg,
            wait: Annotated[bool, typer.Option(help="Watch until every run is judged; exit 0 only if all passed.")]
            = False,
            dry_run: Annotated[bool, typer.Option(help="Show what would be submitted; write nothing.")] = False,
-           backend: BackendOpt = "auto",
+           backend: BackendOpt = None,
            db: DbOpt = None,
            campaign: Annotated[Optional[str], typer.Option(callback=check_campaign, help="Campaign name [default: spec name + time].")]
            = None,
-           runs_dir: Annotated[Path, typer.Option(help="Where run directories go.")] = Path("runs"),
+           runs_dir: RunsDirOpt = None,
+           label: LabelOpt = None,
            array: Annotated[bool, typer.Option(help="Submit Slurm repeats as one job array.")] = True,
            ab: Annotated[bool, typer.Option("--ab", help="Exactly two specs, BASELINE then CANDIDATE: submit them "
                                                          "interleaved A B A B and record the pairs.")] = False,
+           timeout: TimeoutOpt = None,
            json: JsonOpt = False) -> None:
-    """Render and submit specs: one job per matrix point and repeat, every run recorded in the store."""
-    from ..campaign import plan
+    """Render and submit specs: one job per matrix point and repeat, every run recorded in the store.
+    With --wait: exit 0 only if all passed, 1 if any did not, 3 when --timeout passed first."""
+    from ..campaign import interleave, plan
     from ..campaign import submit as submit_campaign
+    from ..config import runs_dir as configured_runs_dir
     from ..scheduler import resolve_backend
-    from ..store import open_store
 
-    from ..campaign import interleave
-
-    planned = plan(specs, repeats)  # refuses invalid specs before anything is recorded
+    planned = plan(specs, repeats, label)  # refuses invalid specs before anything is recorded
     pairs = None
     if ab:
-        planned, pairs = interleave(specs, repeats)
+        planned, pairs = interleave(specs, repeats, label)
     if dry_run:
-        rows = [{"name": p.spec.name, "point": p.point, "repeat": p.repeat, "spec_hash": p.spec.spec_hash()}
-                for p in planned]
+        rows = [{"name": p.spec.name, "label": p.label, "point": p.point, "repeat": p.repeat,
+                 "spec_hash": p.spec.spec_hash()} for p in planned]
         if json:
             output.emit_json({"backend": resolve_backend(backend), "runs": rows})
         else:
             output.table(f"would submit {len(rows)} run(s) on {resolve_backend(backend)}",
-                         ["name", "repeat", "spec"], [(r["name"], r["repeat"], r["spec_hash"]) for r in rows])
+                         ["name", "label", "repeat", "spec"],
+                         [(r["name"], r["label"] or "(J<run id>)", r["repeat"], r["spec_hash"]) for r in rows])
         return
     store = open_store(db)
     command = shlex.join(["dsv4ctl", *sys.argv[1:]])
-    outcome = submit_campaign(store, specs, backend, repeats=repeats, campaign=campaign, runs_root=runs_dir,
-                              array=array, command=command, planned=planned, pairs=pairs)
+    outcome = submit_campaign(store, specs, backend, repeats=repeats, campaign=campaign,
+                              runs_root=configured_runs_dir(runs_dir), array=array, command=command,
+                              planned=planned, pairs=pairs)
     if wait:
-        _watch_until_done(store, outcome.run_ids, quiet=json)
+        _watch_until_done(store, outcome.run_ids, timeout_s=timeout)
     rows = store.runs_by_ids(outcome.run_ids)
     if json:
         output.emit_json({"campaign": outcome.campaign, "runs": [_run_json(store, r) for r in rows]})
@@ -119,25 +137,29 @@ def submit(specs: SpecsArg,
     raise typer.Exit(0 if ok else 1)
 
 
-def status(campaign: Annotated[Optional[str], typer.Option(callback=check_campaign, help="Only this campaign's runs.")] = None,
+def status(campaign: CampaignOpt = None,
            watch: Annotated[bool, typer.Option(help="Keep polling (with backoff) until every run is judged.")]
            = False,
+           timeout: TimeoutOpt = None,
            db: DbOpt = None, json: JsonOpt = False) -> None:
-    """Poll the scheduler once (one sacct call for all jobs), record states, judge finished jobs."""
-    from ..store import open_store
-    from ..watch import poll_once
+    """Poll the scheduler once (one sacct call for all jobs), record states, judge finished jobs.
+    With --watch: exit 0 only if all passed, 1 if any did not, 3 when --timeout passed first."""
+    from ..watch import poll_once, stuck_reason
 
     store = open_store(db)
+    campaign = store.campaign_name(campaign)
     rows = store.runs(campaign=campaign) if campaign else store.runs_in_flight()
     ids = [r.id for r in rows]
     notes: list[str] = []
     if store.read_only:
         notes = [f"{store.path} is read-only: showing the recorded states, without polling the scheduler"]
     elif watch:
-        _watch_until_done(store, ids, quiet=json)
+        _watch_until_done(store, ids, timeout_s=timeout)
     else:
         notes = poll_once(store, ids if campaign else None).notes
     rows = store.runs_by_ids(ids)
+    notes += [f"run {r.id} ({r.data.get('label')}) can never start as submitted: PENDING ({reason}); cancel it, "
+              "fix the spec and resubmit" for r in rows if (reason := stuck_reason(r.state, r.state_detail))]
     if json:
         output.emit_json({"notes": notes, "runs": [_run_json(store, r) for r in rows]})
     else:
@@ -149,13 +171,13 @@ def status(campaign: Annotated[Optional[str], typer.Option(callback=check_campai
 
 
 def runs(experiment: Annotated[Optional[str], typer.Option(help="Only this experiment.")] = None,
-         status: Annotated[Optional[str], typer.Option(help="Only runs whose verdict has this status.")] = None,
-         state: Annotated[Optional[str], typer.Option(help="Only runs in this scheduler state.")] = None,
-         campaign: Annotated[Optional[str], typer.Option(callback=check_campaign, help="Only this campaign.")] = None,
+         status: Annotated[Optional[str], typer.Option(
+             help="Only runs whose verdict has this status (coherent, degenerate, crashed, ...; any case).")] = None,
+         state: Annotated[Optional[str], typer.Option(
+             help="Only runs in this scheduler state (COMPLETED, PENDING, ...; any case).")] = None,
+         campaign: CampaignOpt = None,
          db: DbOpt = None, json: JsonOpt = False) -> None:
-    """List recorded runs."""
-    from ..store import open_store
-
+    """List recorded runs. An unknown status, state or campaign is a usage error (exit 2) naming the known ones."""
     store = open_store(db)
     rows = store.runs(experiment=experiment, state=state, campaign=campaign, status=status)
     if json:
@@ -164,11 +186,8 @@ def runs(experiment: Annotated[Optional[str], typer.Option(help="Only this exper
         _runs_table(store, rows, f"{len(rows)} run(s)")
 
 
-def show(run: Annotated[str, typer.Argument(help="Run id, job id or token.")], db: DbOpt = None,
-         json: JsonOpt = False) -> None:
+def show(run: RunArg, db: DbOpt = None, json: JsonOpt = False) -> None:
     """Everything recorded about one run."""
-    from ..store import open_store
-
     store = open_store(db)
     data = _run_json(store, store.find_run(run))
     if json:
@@ -176,8 +195,9 @@ def show(run: Annotated[str, typer.Argument(help="Run id, job id or token.")], d
         return
     verdict = data.pop("verdict") or {}
     metrics = data.pop("metrics")
-    output.table(f"run {data['id']}", ["field", "value"],
-                 [(k, v) for k, v in data.items() if v not in (None, "")])
+    output.table(f"run {data['id']} ({data['label']})", ["field", "value"],
+                 [(k, v if not isinstance(v, (dict, list)) else _compact(v)) for k, v in data.items()
+                  if v not in (None, "", [], {})])
     if verdict:
         blocker = verdict.get("first_blocker") or {}
         output.text(f"verdict: {verdict['status']} passed={verdict['passed']} false_green={verdict['false_green']}"
@@ -188,14 +208,22 @@ def show(run: Annotated[str, typer.Argument(help="Run id, job id or token.")], d
         output.text("metrics: " + ", ".join(f"{k}={v:g}" for k, v in metrics.items()))
 
 
-def cancel(refs: Annotated[Optional[list[str]], typer.Argument(help="Run ids, job ids or tokens.")] = None,
-           campaign: Annotated[Optional[str], typer.Option(callback=check_campaign, help="Cancel every unfinished run of a campaign.")]
+def _compact(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return ", ".join(map(str, value))
+
+
+def cancel(refs: Annotated[Optional[list[str]], typer.Argument(
+               help="Run ids, labels, job ids, tokens or `latest`.")] = None,
+           campaign: Annotated[Optional[str], typer.Option(
+               callback=check_campaign, help="Cancel every unfinished run of a campaign (a name or `latest`).")]
            = None,
-           db: DbOpt = None) -> None:
+           db: DbOpt = None, json: JsonOpt = False) -> None:
     """Cancel runs (scancel, or SIGTERM for local jobs)."""
-    from ..scheduler import JobRef, get_scheduler
+    from ..errors import Dsv4Error
     from ..judge.states import is_waiting
-    from ..store import open_store
+    from ..scheduler import JobRef, get_scheduler
 
     store = open_store(db)
     rows = [store.find_run(r) for r in refs or []]
@@ -203,15 +231,17 @@ def cancel(refs: Annotated[Optional[list[str]], typer.Argument(help="Run ids, jo
         rows += [r for r in store.runs(campaign=campaign) if is_waiting(r.state)]
     rows = [r for r in rows if r.job_id]
     if not rows:
-        output.error("nothing to cancel", hint="name runs (see `dsv4ctl runs`) or --campaign")
-        raise typer.Exit(1)
+        raise Dsv4Error("nothing to cancel: name runs (see `dsv4ctl runs`) or --campaign with unfinished runs")
     problems: list[str] = []
     for backend in {r.backend for r in rows}:
         problems += get_scheduler(backend).cancel([JobRef(r.job_id, Path(r.run_dir)) for r in rows
                                                    if r.backend == backend])
-    for problem in problems:
-        output.warn(problem)
-    output.text(f"asked to cancel {len(rows)} job(s): {', '.join(r.job_id for r in rows)}")
+    if json:
+        output.emit_json({"cancelled": [_run_json(store, r) for r in rows], "problems": problems})
+    else:
+        for problem in problems:
+            output.warn(problem)
+        output.text(f"asked to cancel {len(rows)} job(s): {', '.join(r.job_id for r in rows)}")
     raise typer.Exit(1 if problems else 0)
 
 
@@ -220,8 +250,6 @@ def resume(campaign: Annotated[str, typer.Argument(callback=check_campaign, help
            db: DbOpt = None, json: JsonOpt = False) -> None:
     """Resubmit the runs of a campaign that never got a job or never produced a verdict, and nothing else."""
     from ..campaign import resume as resume_campaign
-    from ..store import open_store
-
     store = open_store(db)
     outcome = resume_campaign(store, campaign)
     if wait and outcome.run_ids:
@@ -243,20 +271,48 @@ def ingest(log: Annotated[Path, typer.Option("--log", help="Raw log of an earlie
            switch: Annotated[Optional[list[str]], typer.Option(help="A switch it ran with, K=V (repeatable).")]
            = None,
            tag: Annotated[Optional[list[str]], typer.Option(help="A tag (repeatable).")] = None,
+           label: Annotated[Optional[str], typer.Option(
+               callback=check_label, help="Name the run [default: the job id of its sacct record (J08), else "
+                                          "J<run id>].")] = None,
            db: DbOpt = None, json: JsonOpt = False) -> None:
     """Import the log of an earlier run (judged and stored like a submitted one)."""
     from ..ingest import ingest_log
-    from ..store import open_store
 
     store = open_store(db)
-    run_id, verdict = ingest_log(store, log, experiment, sacct, switch or [], tag or [])
+    run_id, verdict = ingest_log(store, log, experiment, sacct, switch or [], tag or [], label)
+    row = store.find_run(str(run_id))
     if json:
-        output.emit_json(_run_json(store, store.find_run(str(run_id))))
+        output.emit_json(_run_json(store, row))
     else:
-        output.text(f"run {run_id}: {verdict.status}{' (passed)' if verdict.passed else ''}"
+        output.text(f"run {run_id} ({row.label}): {verdict.status}{' (passed)' if verdict.passed else ''}"
                     f"{' FALSE GREEN' if verdict.false_green else ''}")
+        output.text(f"next: dsv4ctl verdict {row.label}")
+
+
+def logs(run: RunArg,
+         follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new lines until the run is "
+                                                                     "final.")] = False,
+         timeout: TimeoutOpt = None,
+         db: DbOpt = None) -> None:
+    """Print a run's raw.log (its current stage first, on stderr); with -f, follow it until the run ends.
+    Exit 3 when --timeout passes first."""
+    from ..watch import follow_log
+
+    store = open_store(db)
+    row = store.find_run(run)
+    follow_log(store, row, follow=follow, write=output.raw, note=output.progress, timeout_s=timeout)
+
+
+def init(directory: Annotated[Path, typer.Argument(help="Where to write dsv4ctl.toml.", file_okay=False)]
+         = Path(".")) -> None:
+    """Write a commented starter dsv4ctl.toml (refuses to overwrite one). Every command run in this folder or
+    below then uses its database and runs directory."""
+    from ..config import write_starter
+
+    path = write_starter(directory)
+    output.text(f"wrote {path}: edit it, then `dsv4ctl runs` from anywhere below {path.parent.resolve()}")
 
 
 def register(app: typer.Typer) -> None:
-    for command in (submit, status, runs, show, cancel, resume, ingest):
+    for command in (init, submit, status, runs, show, logs, cancel, resume, ingest):
         app.command()(command)

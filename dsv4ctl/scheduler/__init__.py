@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .. import external
-from ..errors import Dsv4Error
+from ..errors import Dsv4Error, UsageError
 from ..judge.states import FINAL as FINAL_STATES
 
 
@@ -67,12 +67,17 @@ def backend_names() -> tuple[str, ...]:
     return ("slurm", "local")
 
 
-def resolve_backend(name: str) -> str:
-    """`auto` is slurm where sbatch is on PATH, else local."""
+def resolve_backend(name: str | None) -> str:
+    """`auto` is slurm where sbatch is on PATH, else local; None is the configured backend (DSV4CTL_BACKEND, then
+    dsv4ctl.toml, then auto)."""
+    if name is None:
+        from ..config import backend
+
+        name = backend()
     if name == "auto":
         return "slurm" if external.available("sbatch") else "local"
     if name not in backend_names():
-        raise Dsv4Error(f"unknown backend {name!r}: use slurm, local or auto")
+        raise UsageError(f"unknown backend {name!r}: use {', '.join(backend_names())} or auto")
     return name
 
 
