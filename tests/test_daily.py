@@ -113,3 +113,13 @@ def test_a_sweep_with_nothing_judged_says_so(cli, tmp_path):
         assert "nothing judged yet" in done.output and "no failures" not in done.output
     finally:
         cli("cancel", "--campaign", "latest", "--db", db)
+
+
+def test_shell_completion_is_offered():
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "--show-completion", "bash"], capture_output=True,
+                          text=True, env={**os.environ, "SHELL": "/bin/bash"}, timeout=60)
+    assert done.returncode == 0 and "_DSV4CTL_COMPLETE" in done.stdout.upper()
