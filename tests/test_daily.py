@@ -120,6 +120,9 @@ def test_shell_completion_is_offered():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "--show-completion", "bash"], capture_output=True,
-                          text=True, env={**os.environ, "SHELL": "/bin/bash"}, timeout=60)
-    assert done.returncode == 0 and "_DSV4CTL_COMPLETE" in done.stdout.upper()
+    from pathlib import Path
+
+    entry = Path(sys.executable).parent / "dsv4ctl"  # the installed command: completion is keyed on its name
+    done = subprocess.run([str(entry), "--show-completion", "bash"], capture_output=True, text=True,
+                          env={**os.environ, "SHELL": "/bin/bash"}, timeout=60)
+    assert done.returncode == 0 and "_DSV4CTL_COMPLETE=complete_bash" in done.stdout
