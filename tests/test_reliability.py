@@ -170,7 +170,7 @@ def test_waits_follow_only_their_own_runs(tmp_path):
         assert mine.returncode == 0, mine.stderr
         again = dsv4ctl("status", "--campaign", "mine", "--watch", "--db", db, timeout=60)
         assert again.returncode == 0, again.stderr
-        assert "waiting on 1 run(s): run 2 RUNNING" in mine.stdout  # progress names the runs and states
+        assert "waiting on 1 run(s): run 2 RUNNING" in mine.stderr  # progress (on stderr) names runs and states
         assert "quick" in mine.stdout
     finally:
         dsv4ctl("cancel", "--campaign", "other", "--db", db)
