@@ -107,8 +107,10 @@ def test_a_campaign_name_cannot_leave_the_runs_directory(tmp_path):
     spec = spec_file(tmp_path, "esc", {"REPLAY_LOG": str(LOGS / "J17.log")})
     done = dsv4ctl("submit", spec, "--backend", "local", "--db", tmp_path / "r.db", "--runs-dir",
                    tmp_path / "runs", "--campaign", "../x")
-    one_line_error(done, "../x")
-    assert not (tmp_path / "x").exists()
+    # refused as a usage error (exit 2) by the option's check, before anything is recorded or written
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "Invalid value for '--campaign'" in done.stderr and "../x" in done.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "r.db").exists()
 
 
 # ---- 2. the task a log belongs to --------------------------------------------------------------------------------
