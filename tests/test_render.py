@@ -163,7 +163,7 @@ def test_spec_values_reach_the_job_byte_identical_and_never_execute(tmp_path_fac
     assert env["PYTHONPATH"] == f"{runtime}:{tmp_path}:{entry}"
     assert env.get("LD_LIBRARY_PATH", "") == lib
     assert dump["argv"] == [str(runtime / "dsv4_probe.py"), "spec.json"]
-    calls = (tmp_path / "run" / "modules.log").read_text().split("\n\0")
+    calls = (tmp_path / "run" / "modules.log").read_bytes().decode("utf-8", "surrogateescape").split("\n\0")
     assert calls[:2] == ["purge\0", f"load\0{module}\0"]
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["dump.json", "job.sh", "modules.log",
                                                                      "raw.log", "spec.json"]

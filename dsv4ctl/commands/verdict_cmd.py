@@ -18,7 +18,7 @@ SacctOpt = Annotated[Optional[Path], typer.Option(
 
 
 def verdict(job: Annotated[Optional[str], typer.Argument(
-                help="A stored run: run id, job id or token (judged again from its log and live sacct).")] = None,
+                help="A stored run: run id, label (J17), latest, job id or token; or a log file.")] = None,
             log: LogOpt = None,
             sacct: SacctOpt = None,
             job_id: Annotated[Optional[str], typer.Option(help="Which job or array task of the sacct text (default: the one the log names; refused when unclear).")]
