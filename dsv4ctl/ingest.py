@@ -11,6 +11,7 @@ from .errors import Dsv4Error
 from .judge.files import judge_files
 from .store import Store
 from .switches import BY_NAME
+from .versions import read_versions
 from .judge.rules import Verdict
 
 
@@ -55,5 +56,5 @@ def ingest_log(store: Store, log: Path, experiment: str, sacct: Path | None, swi
         elapsed_s=sched.get("elapsed_s"), max_rss_kib=sched.get("max_rss_kib"), node=sched.get("node_list"),
         run_dir=str(log.resolve().parent), log_path=str(log.resolve()), switches_json=json.dumps(switches),
         tags=",".join(tags), ingested=1, point_json="{}", repeat_index=0)
-    store.save_verdict(run_id, verdict.to_json())
+    store.save_verdict(run_id, verdict.to_json(), read_versions(log))
     return run_id, verdict

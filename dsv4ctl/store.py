@@ -139,8 +139,15 @@ def m004_labels(db: sqlite_utils.Database) -> None:
     db["runs"].create_index(["label"], unique=True)
 
 
+def m005_versions(db: sqlite_utils.Database) -> None:
+    # What the job actually ran (read from raw.log when it is judged): compare lists a change of vLLM among the
+    # differences. Runs recorded before stay NULL until judged again.
+    for column in ("vllm_version", "torch_version", "triton_version"):
+        db["runs"].add_column(column, str)
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (m001_initial, m002_campaign_plan,
-                                                                    m003_judge_error, m004_labels)
+                                                                    m003_judge_error, m004_labels, m005_versions)
 
 
 def _recorded_migrations(db: sqlite_utils.Database) -> set[str]:
@@ -439,7 +446,11 @@ class Store:
 
     # -- verdicts and metrics --
 
-    def save_verdict(self, run_id: int, verdict: dict[str, Any]) -> None:
+    def save_verdict(self, run_id: int, verdict: dict[str, Any], versions: dict[str, str] | None = None) -> None:
+        """Store a verdict with its metrics, and the software versions its log names (`versions`, by column): a
+        version the log no longer names keeps what was recorded."""
+        from .versions import VERSION_COLUMNS
+
         blocker = verdict.get("first_blocker") or {}
         with self.transaction():
             # Numbers from a log can be anything (a 400-digit count, NaN): the columns get what SQLite can hold,
@@ -453,6 +464,9 @@ class Store:
                 "judged_at": now(), "verdict_json": json.dumps(verdict, ensure_ascii=False),
             }.items()}, pk="run_id")
             self.db.execute("UPDATE runs SET judge_error = NULL WHERE id = ? AND judge_error IS NOT NULL", [run_id])
+            found = {k: v for k, v in (versions or {}).items() if k in VERSION_COLUMNS and v}
+            if found:
+                self.db["runs"].update(run_id, found)
             self.db.execute("DELETE FROM metrics WHERE run_id = ?", [run_id])
             numbers = dict(verdict.get("metrics") or {})
             numbers.setdefault("engine_ready_s", verdict.get("engine_ready_s"))

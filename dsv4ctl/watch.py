@@ -17,6 +17,7 @@ from .judge.sacct import SchedulerSummary
 from .judge.states import FINAL, PAUSED, normalise
 from .scheduler import JobRef, JobStatus, get_scheduler
 from .store import SUBMITTING, RunRow, Store, StoreError
+from .versions import read_versions
 from .judge.rules import Verdict, VerdictOptions, judge, options_for_spec
 
 class WaitTimedOut(Dsv4Error):
@@ -52,7 +53,7 @@ def judge_run(store: Store, row: RunRow, status: JobStatus | None) -> Verdict:
 
     facts = parse_file(str(log)) if log and log.exists() else LogFacts()
     verdict = judge(facts, summary_of(status) if status else None, options_for_spec(snapshot))
-    store.save_verdict(row.id, verdict.to_json())
+    store.save_verdict(row.id, verdict.to_json(), read_versions(log))
     return verdict
 
 
@@ -276,7 +277,7 @@ def rejudge(ref: str, db: str | None = None) -> tuple[Verdict, Path]:
         except OSError as exc:
             raise LogError(f"cannot read log {row.log_path}: {exc}") from None
         verdict = judge(facts, summary_of(status) if status else None, VerdictOptions())
-        store.save_verdict(row.id, verdict.to_json())
+        store.save_verdict(row.id, verdict.to_json(), read_versions(row.log_path))
         return verdict, Path(row.log_path)
     return judge_run(store, row, status), Path(row.log_path)
 

@@ -219,16 +219,16 @@ def test_a_false_green_run_is_named_so(store):
     assert c.candidate.failed_runs[0]["false_green"] is True
 
 
-def test_versions_are_compared_when_the_store_keeps_them(store):
-    """Provenance columns the store may add later (vllm_version, torch_version) are listed when present."""
+def test_versions_are_compared(store):
+    """The versions a run's log names (vllm_version, torch_version, triton_version) are listed when they differ."""
     a = add_side(store, "j17-baseline.yaml", [100.0] * 6)
     b = add_side(store, "q1-off.yaml", [70.0] * 6)
-    store.db.execute("ALTER TABLE runs ADD COLUMN vllm_version TEXT")
     for ids, version in ((a, "0.11.0"), (b, "0.11.1")):
-        store.db.execute(f"UPDATE runs SET vllm_version = ? WHERE id IN ({','.join('?' * len(ids))})",
-                         [version, *ids])
+        for run in ids:
+            store.update_run(run, vllm_version=version, torch_version="2.6.0")
     c = compare(store, "j17-baseline", "q1-off")
     assert {"key": "provenance.vllm_version", "baseline": ["0.11.0"], "candidate": ["0.11.1"]} in c.differences
+    assert not any(d["key"] == "provenance.torch_version" for d in c.differences)
 
 
 def ab_campaign(store, base: list[float], cand: list[float], **facts) -> None:
@@ -246,18 +246,21 @@ def test_the_report_of_an_ab_campaign_shows_the_decision_and_provenance(store, t
     from dsv4ctl.report import render_html, render_markdown, report_data
 
     rng = random.Random(12)
-    ab_campaign(store, sample(rng, 101.3, 1, 8), sample(rng, 67.9, 1, 8))
+    ab_campaign(store, sample(rng, 101.3, 1, 8), sample(rng, 67.9, 1, 8), vllm_version="0.11.1",
+                torch_version="2.6.0+cpu")
     data = report_data(store, "ab1")
     assert data.ab.decision == "promote"
     page = render_html(data)
     for text in ('<span class="decision promote">promote</span>', "j17-baseline (baseline)", "q1-off (candidate)",
                  "<code>switches.DSV4_MOE_ROUTING_Q1</code>", "<td>1</td><td>0</td>", "4be2c1d-dirty",
-                 "DSV4_MOE_ROUTING_Q1=0", "not recorded by this store", f"{data.ab.metrics[0].ratio:.4g}",
+                 "DSV4_MOE_ROUTING_Q1=0", "0.11.1", "2.6.0+cpu", f"{data.ab.metrics[0].ratio:.4g}",
                  f"{data.ab.metrics[0].p_value:.2g}"):
         assert text in page, text
+    assert "not recorded by this store" not in page
     md = render_markdown(data)
     assert "## A/B comparison" in md and "**promote**" in md and "| switches.DSV4_MOE_ROUTING_Q1 | 1 | 0 |" in md
-    assert "| git sha | 4be2c1d-dirty | 4be2c1d-dirty |" in md and "| vLLM | not recorded by this store |" in md
+    assert "| git sha | 4be2c1d-dirty | 4be2c1d-dirty |" in md and "| vLLM | 0.11.1 | 0.11.1 |" in md
+    assert "| Triton | not recorded | not recorded |" in md
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("chromium is missing: ./scripts/setup installs it")

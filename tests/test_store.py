@@ -18,7 +18,8 @@ def test_blank_database_reaches_the_current_schema(tmp_path):
     assert set(s.db.table_names()) >= {"_dsv4ctl_migrations", "experiments", "campaigns", "runs", "verdicts",
                                        "metrics"}
     assert {c.name for c in s.db["runs"].columns} >= {"job_id", "state", "token", "git_sha", "dsv4ctl_version",
-                                                       "switches_json", "max_rss_kib", "node"}
+                                                       "switches_json", "max_rss_kib", "node", "vllm_version",
+                                                       "torch_version", "triton_version"}
     assert s.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     again = open_store(tmp_path / "r.db")
     assert again.applied == []
@@ -59,6 +60,17 @@ def test_runs_are_found_by_id_job_id_or_token(tmp_path):
     assert s.find_run("42_1").id == run_id and s.find_run("tok1").id == run_id
     with pytest.raises(RunNotFound):
         s.find_run("nope")
+
+
+def test_versions_are_stored_with_a_verdict_and_kept_when_a_log_no_longer_names_them(tmp_path):
+    s = open_store(tmp_path / "r.db")
+    run_id = s.add_run(experiment_id=s.experiment_id("e", "h", "{}", "x"), backend="local", token="t",
+                       state="COMPLETED", ingested=0)
+    verdict = {"status": "coherent", "passed": True, "false_green": False}
+    s.save_verdict(run_id, verdict, {"vllm_version": "0.11.1", "torch_version": "2.6.0", "node": "not a version"})
+    s.save_verdict(run_id, verdict, {"triton_version": "3.2.0"})  # raw.log rotated: vllm and torch lines gone
+    row = s.find_run(str(run_id))
+    assert (row.vllm_version, row.torch_version, row.triton_version, row.node) == ("0.11.1", "2.6.0", "3.2.0", None)
 
 
 def test_verdict_and_metrics_are_stored_together(tmp_path):
@@ -107,6 +119,7 @@ def test_a_store_of_the_first_schema_reaches_the_current_one(tmp_path, monkeypat
     assert {"planned_runs", "submitted_at"} <= {c.name for c in s.db["campaigns"].columns}
     assert s.find_run(str(run_id)).judge_error is None
     assert s.find_run(f"J{run_id}").id == run_id  # m004: runs recorded before get J<run id>
+    assert s.find_run(str(run_id)).vllm_version is None  # m005: versions unknown until judged again
     assert s.db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
 
 

@@ -119,6 +119,12 @@ def registry_stage(spec: dict[str, Any]) -> None:
     from vllm import ModelRegistry
 
     say(f"vllm {vllm.__version__}")
+    try:  # vLLM's kernels; dsv4ctl stores the version with the run (dsv4ctl/versions.py reads these lines)
+        import triton
+
+        say(f"triton {getattr(triton, '__version__', '(no __version__)')}")
+    except ImportError as exc:
+        say(f"triton not importable: {exc}")
     arch = spec["model"]["arch"]
     say(f"{arch} registered: {arch in ModelRegistry.get_supported_archs()}")
 
