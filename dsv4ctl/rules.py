@@ -73,7 +73,7 @@ def skinny_gemm_off_on_gfx936(spec: ExperimentSpec) -> Iterator[Finding]:
 
 
 def greedy_when_golden(spec: ExperimentSpec) -> Iterator[Finding]:
-    if spec.expect.golden_token_ids and spec.sampling.temperature > 0:
+    if (spec.expect.golden_token_ids or spec.expect.golden_from) and spec.sampling.temperature > 0:
         yield _warning("sampling.temperature",
                        f"temperature {spec.sampling.temperature:g} with a golden sequence: tokens will differ by chance",
                        "golden comparison needs greedy decoding (temperature 0), as in J17")

@@ -149,6 +149,10 @@ class EnvironmentSpec(_Strict):
 
 class ExpectSpec(_Strict):
     golden_token_ids: list[list[Int]] | list[Int] | None = None
+    golden_from: str | None = Field(
+        None, min_length=1, max_length=128,
+        description="A stored run (label J17, run id or job id) whose verdict's token ids become golden_token_ids "
+                    "when the spec is submitted.")
     golden_logprobs: list[Any] | None = Field(
         None, description="Per request, the golden's top-N [token_id, logprob] pairs per position (vLLM's rule).")
     max_repeat_run: Int = Field(8, ge=2, le=limits.MAX_REPEAT_RUN)

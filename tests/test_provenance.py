@@ -71,3 +71,47 @@ def test_a_judged_run_records_its_versions_and_compare_lists_a_vllm_change(cli, 
     compared = json.loads(cli("compare", "old", "new", "--db", db, "--json").stdout)
     assert {"key": "provenance.vllm_version", "baseline": [J17_VERSIONS["vllm_version"]],
             "candidate": ["0.28.0"]} in compared["differences"]
+
+
+def _dsv4ctl(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dsv4ctl.cli", *map(str, args)], capture_output=True, text=True)
+
+
+def test_a_golden_is_taken_from_a_stored_runs_verdict_at_submit_time(cli, tmp_path):
+    from .test_slurm import spec_file
+
+    db = str(tmp_path / "r.db")
+    cli("ingest", "--log", LOGS / "J17.log", "--sacct", LOGS / "J17.sacct", "--experiment", "report", "--db", db)
+    golden = [r["token_ids"] for r in json.loads(cli("show", "J17", "--db", db, "--json").stdout)["verdict"]["requests"]]
+    spec = spec_file(tmp_path, "again", {"REPLAY_LOG": str(LOGS / "J17.log")}, extra="expect: {golden_from: J17}\n")
+    done = cli("submit", spec, "--backend", "local", "--wait", "--db", db, "--runs-dir", tmp_path / "runs", "--json")
+    assert done.exit_code == 0, done.output
+    run = json.loads(done.stdout)["runs"][0]
+    snapshot = json.loads((tmp_path / "runs" / run["campaign"] / "again").glob("*/spec.json").__next__().read_text())
+    assert snapshot["expect"]["golden_token_ids"] == golden and snapshot["expect"]["golden_from"] == "J17"
+    assert run["verdict"]["passed"]
+    # a replay that parts from J17's tokens fails against the golden
+    wrong = tmp_path / "wrong.log"
+    wrong.write_text((LOGS / "J17.log").read_text().replace(f"TOKEN_IDS: [{golden[0][0]}, ", "TOKEN_IDS: [7, ", 1))
+    spec = spec_file(tmp_path, "parted", {"REPLAY_LOG": str(wrong)}, extra="expect: {golden_from: J17}\n")
+    done = cli("submit", spec, "--backend", "local", "--wait", "--db", db, "--runs-dir", tmp_path / "runs", "--json")
+    verdict = json.loads(done.stdout)["runs"][0]["verdict"]
+    assert done.exit_code == 1 and "diverges from the golden at token 0" in " ".join(verdict["reasons"])
+
+
+def test_a_golden_from_an_unknown_or_unjudged_run_is_refused_before_anything_is_recorded(tmp_path):
+    from dsv4ctl.store import open_store
+
+    from .test_slurm import spec_file
+
+    db = tmp_path / "r.db"
+    store = open_store(db)
+    store.add_run(experiment_id=store.experiment_id("e", "h", "{}", "x"), backend="local", token="t",
+                  state="PENDING", ingested=0, label="J50")
+    store.close()
+    for ref, said in (("J99", "expect.golden_from: no run 'J99'"), ("J50", "run 'J50' (run 1) has no verdict yet")):
+        spec = spec_file(tmp_path, "g", {}, extra=f"expect: {{golden_from: {ref}}}\n")
+        done = _dsv4ctl("submit", spec, "--backend", "local", "--db", db, "--runs-dir", tmp_path / "runs")
+        assert done.returncode == 1 and said in done.stderr, done.stderr
+        assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert [r.label for r in open_store(db).runs()] == ["J50"] and not (tmp_path / "runs").exists()

@@ -100,12 +100,16 @@ def submit(specs: SpecsArg,
     from ..campaign import interleave, plan
     from ..campaign import submit as submit_campaign
     from ..config import runs_dir as configured_runs_dir
+    from ..golden import needs_store, resolve_goldens
     from ..scheduler import resolve_backend
 
     planned = plan(specs, repeats, label)  # refuses invalid specs before anything is recorded
     pairs = None
     if ab:
         planned, pairs = interleave(specs, repeats, label)
+    store = open_store(db) if not dry_run or needs_store(planned) else None
+    if store is not None:
+        resolve_goldens(store, planned)  # expect.golden_from: J17 -> its token ids, before anything is recorded
     if dry_run:
         rows = [{"name": p.spec.name, "label": p.label, "point": p.point, "repeat": p.repeat,
                  "spec_hash": p.spec.spec_hash()} for p in planned]
@@ -116,7 +120,6 @@ def submit(specs: SpecsArg,
                          ["name", "label", "repeat", "spec"],
                          [(r["name"], r["label"] or "(J<run id>)", r["repeat"], r["spec_hash"]) for r in rows])
         return
-    store = open_store(db)
     command = shlex.join(["dsv4ctl", *sys.argv[1:]])
     outcome = submit_campaign(store, specs, backend, repeats=repeats, campaign=campaign,
                               runs_root=configured_runs_dir(runs_dir), array=array, command=command,
