@@ -10,10 +10,16 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from . import external
+from .errors import Dsv4Error
 from .paths import runtime_dir
 from .render import write_run_files
 from .spec import ExperimentSpec
+
+if TYPE_CHECKING:
+    from .campaign import PlannedRun
 
 
 @dataclass(frozen=True)
@@ -30,3 +36,31 @@ def check(spec: ExperimentSpec) -> Preflight:
         script = write_run_files(spec, Path(scratch), str(runtime_dir()))
         ok, said = SlurmScheduler().test_only(script, Path(scratch))
     return Preflight(ok=ok, message=said)
+
+
+class PreflightUnavailable(Dsv4Error):
+    """A pre-flight was asked for where it cannot run (no sbatch on PATH, a backend other than slurm)."""
+
+
+def require_sbatch(flag: str) -> None:
+    if not external.available("sbatch"):
+        raise PreflightUnavailable(f"{flag} needs Slurm's sbatch on PATH (run it on the cluster's login node)")
+
+
+@dataclass(frozen=True)
+class PointCheck:
+    name: str
+    point: dict
+    result: Preflight
+
+
+def check_planned(planned: list[PlannedRun]) -> list[PointCheck]:
+    """`submit --check`: sbatch --test-only once per distinct point of a submission (its repeats render the same
+    script), in submission order."""
+    require_sbatch("--check")
+    seen: dict[tuple[str, str], PointCheck] = {}
+    for run in planned:
+        key = (str(run.source), run.spec.spec_hash())
+        if key not in seen:
+            seen[key] = PointCheck(run.spec.name, run.point, check(run.spec))
+    return list(seen.values())

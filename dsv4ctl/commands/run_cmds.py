@@ -93,6 +93,9 @@ def submit(specs: SpecsArg,
            array: Annotated[bool, typer.Option(help="Submit Slurm repeats as one job array.")] = True,
            ab: Annotated[bool, typer.Option("--ab", help="Exactly two specs, BASELINE then CANDIDATE: submit them "
                                                          "interleaved A B A B and record the pairs.")] = False,
+           check: Annotated[bool, typer.Option("--check", help="First ask Slurm (sbatch --test-only) whether it "
+                                                               "would ever run each point; if any is refused, "
+                                                               "record and queue nothing (exit 1).")] = False,
            timeout: TimeoutOpt = None,
            json: JsonOpt = False) -> None:
     """Render and submit specs: one job per matrix point and repeat, every run recorded in the store.
@@ -107,6 +110,8 @@ def submit(specs: SpecsArg,
     pairs = None
     if ab:
         planned, pairs = interleave(specs, repeats, label)
+    if check:
+        _preflight(planned, resolve_backend(backend), json)
     store = open_store(db) if not dry_run or needs_store(planned) else None
     if store is not None:
         resolve_goldens(store, planned)  # expect.golden_from: J17 -> its token ids, before anything is recorded
@@ -138,6 +143,27 @@ def submit(specs: SpecsArg,
             output.text(f"next: dsv4ctl status --campaign {outcome.campaign} --watch")
     ok = _all_passed(store, outcome.run_ids) if wait else not outcome.failed
     raise typer.Exit(0 if ok else 1)
+
+
+def _preflight(planned, backend: str, as_json: bool) -> None:
+    """`submit --check`: one line per point the cluster would never run, and exit 1 before anything is recorded."""
+    from ..errors import UsageError
+    from ..preflight import check_planned
+
+    if backend != "slurm":
+        raise UsageError(f"--check asks Slurm (sbatch --test-only); this submission uses the {backend} backend: "
+                         "drop --check or pass --backend slurm")
+    refused = [c for c in check_planned(planned) if not c.result.ok]
+    if not refused:
+        return
+    if as_json:
+        output.emit_json({"refused": [{"name": c.name, "point": c.point, "message": c.result.message}
+                                      for c in refused], "runs": []})
+    for c in refused:
+        point = ",".join(f"{k}={v}" for k, v in c.point.items())
+        output.error(f"{c.name}{f' [{point}]' if point else ''}: the cluster would never run it: "
+                     f"{' '.join(c.result.message.split())}")
+    raise typer.Exit(1)
 
 
 def status(campaign: CampaignOpt = None,

@@ -34,12 +34,9 @@ def validate(specs: SpecsArg,
 
 def _preflight(files) -> dict:
     """sbatch --test-only for every valid point: {(file, point label): Preflight}."""
-    from .. import external
-    from ..errors import Dsv4Error
-    from ..preflight import check
+    from ..preflight import check, require_sbatch
 
-    if not external.available("sbatch"):
-        raise Dsv4Error("--cluster needs Slurm's sbatch on PATH (run it on the cluster's login node)")
+    require_sbatch("--cluster")
     return {(str(p.source), _label(p.point)): check(p.spec) for f in files if f.unreadable is None
             for p in f.points if p.spec is not None and not p.errors}
 
