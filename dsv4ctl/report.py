@@ -34,17 +34,39 @@ class ReportData:
     distributions: list[tuple[str, list[float]]]
     ab: "Comparison | None" = None
     ab_error: str | None = None  # why an A/B campaign has no comparison (e.g. the metric is not stored)
-    provenance: list[dict[str, Any]] = field(default_factory=list)  # [{side, name, facts: [(label, values)]}]
+    provenance: list[dict[str, Any]] = field(default_factory=list)  # [{side, name, facts: [(label, values)], values}]
+    run_objects: list[dict[str, Any]] = field(default_factory=list)  # each run as `runs --json` shows it
+
+    def to_json(self) -> dict[str, Any]:
+        """What the page shows, as nested data (`report --json`): the campaign, its runs (the one run object of
+        `runs --json`, with a verdict summary), failure rate per point, the metric's samples per experiment and,
+        for an A/B campaign, compare's result and each side's provenance."""
+        from dataclasses import asdict
+
+        return {"campaign": self.campaign, "metric": self.metric,
+                "summary": {"runs": len(self.runs), "passed": sum(1 for r in self.runs if r["passed"])},
+                "runs": self.run_objects, "sweep": asdict(self.sweep),
+                "distributions": [{"experiment": name, "values": values, "median": stats.median(values)}
+                                  for name, values in self.distributions],
+                "ab": None if self.ab is None and self.ab_error is None else {
+                    "comparison": self.ab.to_json() if self.ab else None, "error": self.ab_error,
+                    "provenance": [{"side": p["side"], "experiments": p["name"], **p["values"]}
+                                   for p in self.provenance]}}
 
 
 def report_data(store: Store, campaign: str, metric: str = "gen_s") -> ReportData:
     info = store.campaign(campaign)
     rows = store.runs(campaign=campaign)
-    runs = []
+    runs, run_objects = [], []
     distributions: dict[str, list[float]] = {}
     for row in rows:
         verdict = store.verdict(row.id) or {}
         blocker = verdict.get("first_blocker") or {}
+        run_objects.append({**row.to_json(), "verdict": {
+            "status": verdict["status"], "passed": bool(verdict.get("passed")),
+            "false_green": bool(verdict.get("false_green")),
+            "first_blocker": {k: blocker.get(k) for k in ("line", "kind", "message")} if blocker else None}
+            if verdict else None})
         runs.append({"run": row.id, "experiment": row.experiment, "job": row.job_id or "-", "state": row.state,
                      "exit": f"{row.exit_code}:{row.signal}" if row.exit_code is not None else "-",
                      "elapsed": f"{row.elapsed_s} s" if row.elapsed_s is not None else "-",
@@ -56,7 +78,8 @@ def report_data(store: Store, campaign: str, metric: str = "gen_s") -> ReportDat
         value = store.metrics(row.id).get(metric)
         if value is not None and verdict.get("passed"):
             distributions.setdefault(row.experiment, []).append(value)
-    data = ReportData(info, runs, summarise_campaign(store, campaign), metric, list(distributions.items()))
+    data = ReportData(info, runs, summarise_campaign(store, campaign), metric, list(distributions.items()),
+                      run_objects=run_objects)
     sides = ab_sides(rows)
     if sides:
         add_comparison(store, data, *sides)
@@ -89,7 +112,7 @@ def add_comparison(store: Store, data: ReportData, base_rows: list, cand_rows: l
         data.ab_error = str(exc)
     for label, rows in (("baseline", base_rows), ("candidate", cand_rows)):
         data.provenance.append({"side": label, "name": ", ".join(dict.fromkeys(r.experiment for r in rows)),
-                                "facts": provenance(rows)})
+                                "facts": provenance(rows), "values": provenance_values(rows)})
 
 
 def provenance(rows: list) -> list[tuple[str, str]]:
@@ -104,6 +127,15 @@ def provenance(rows: list) -> list[tuple[str, str]]:
     facts.append(("switches", " | ".join(" ".join(f"{k}={v}" for k, v in sorted(json.loads(s).items()))
                                          for s in switches) or "none"))
     return facts
+
+
+def provenance_values(rows: list) -> dict[str, list[Any]]:
+    """Each provenance column of a side's runs with its distinct values (empty when none was recorded), and the
+    distinct switch sets."""
+    values: dict[str, list[Any]] = {column: sorted({r.data[column] for r in rows if r.data.get(column) is not None},
+                                                   key=str) for _, column in PROVENANCE}
+    values["switches"] = [json.loads(s) for s in sorted({r.switches_json or "{}" for r in rows})]
+    return values
 
 
 # ---- SVG ------------------------------------------------------------------------------------------------------------

@@ -95,6 +95,60 @@ def test_report_escapes_what_runs_printed(tmp_path, cli):
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
 
 
+def test_report_json_holds_what_the_page_shows(tmp_path, cli):
+    from dsv4ctl.store import open_store
+
+    db = str(tmp_path / "r.db")
+    for job in ("J08", "J17"):
+        cli("ingest", "--log", LOGS / f"{job}.log", "--sacct", LOGS / f"{job}.sacct", "--experiment", "report",
+            "--db", db)
+    store = open_store(db)
+    store.db.execute("INSERT INTO campaigns (name, backend, command, created_at) VALUES ('c', 'ingest', 'x', 'now')")
+    store.db.execute("UPDATE runs SET campaign_id = (SELECT id FROM campaigns WHERE name = 'c')")
+    store.db.commit()
+    done = cli("report", "c", "--json", "--db", db)
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout)
+    assert data["campaign"]["name"] == "c" and data["metric"] == "gen_s"
+    assert data["summary"] == {"runs": 2, "passed": 1}
+    j08, j17 = data["runs"]
+    assert j08["label"] == "J08" and j08["state"] == "COMPLETED" and j08["exit_code"] == 0
+    assert j08["verdict"]["status"] == "degenerate" and j08["verdict"]["false_green"] is True
+    assert j08["verdict"]["first_blocker"]["kind"] and isinstance(j08["verdict"]["first_blocker"]["line"], int)
+    assert j17["verdict"]["passed"] is True and j17["vllm_version"] == "0.27.2.dev0+g6e448d0ea.d20260819"
+    assert j17["switches"] == {} and j17["tags"] == []  # the one run object: no JSON inside strings
+    point = data["sweep"]["points"][0]
+    assert (point["failures"], point["judged"]) == (1, 2) and len(point["interval"]) == 2
+    assert data["distributions"] == [{"experiment": "report", "values": [21.7], "median": 21.7}]
+    assert data["ab"] is None
+    out = tmp_path / "report.json"
+    assert cli("report", "c", "--json", "-o", out, "--db", db).exit_code == 0
+    assert json.loads(out.read_text()) == data
+    both = dsv4ctl("report", "c", "--json", "--markdown", "--db", db)
+    assert both.returncode == 2 and "pick one" in both.stderr
+
+
+def test_report_json_of_an_ab_campaign_has_the_decision_and_provenance(tmp_path, cli):
+    import random
+
+    from dsv4ctl.store import open_store
+
+    from .test_compare import ab_campaign, sample
+
+    db = tmp_path / "r.db"
+    rng = random.Random(12)
+    ab_campaign(open_store(db), sample(rng, 101.3, 1, 8), sample(rng, 67.9, 1, 8), vllm_version="0.11.1")
+    data = json.loads(cli("report", "ab1", "--json", "--db", db).stdout)
+    comparison = data["ab"]["comparison"]
+    assert comparison["decision"] == "promote" and data["ab"]["error"] is None
+    assert {"key": "switches.DSV4_MOE_ROUTING_Q1", "baseline": ["1"], "candidate": ["0"]} in comparison["differences"]
+    base, cand = data["ab"]["provenance"]
+    assert (base["side"], base["experiments"], cand["experiments"]) == ("baseline", "j17-baseline", "q1-off")
+    assert base["vllm_version"] == ["0.11.1"] and base["git_sha"] == ["4be2c1d-dirty"] and base["triton_version"] == []
+    assert cand["switches"][0]["DSV4_MOE_ROUTING_Q1"] == "0"
+    assert {r["side"] for r in data["runs"]} == {"baseline", "candidate"} and data["summary"]["passed"] == 16
+
+
 def test_suite_on_the_cluster_prints_the_matrix_with_failures_and_skips(cluster, tmp_path):  # noqa: F811
     suite_dir = tmp_path / "suite"
     suite_dir.mkdir()

@@ -127,13 +127,24 @@ def report(campaign: Annotated[str, typer.Argument(callback=check_campaign, help
            out: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the page here.")] = None,
            markdown: Annotated[bool, typer.Option("--markdown", help="Markdown instead of HTML.")] = False,
            metric: Annotated[str, typer.Option(help="Metric whose distribution is plotted.")] = "gen_s",
-           db: DbOpt = None) -> None:
-    """A self-contained HTML (or Markdown) report of a campaign: runs, failure rates, metric distributions."""
+           db: DbOpt = None,
+           json: Annotated[bool, typer.Option("--json", help="The report's data as nested JSON instead of a page "
+                                                            "(to stdout, or to --output).")] = False) -> None:
+    """A self-contained HTML (or Markdown, or JSON) report of a campaign: runs, failure rates, metric
+    distributions and, for an A/B campaign, the decision and each side's provenance."""
+    import json as json_module
+
+    from ..errors import UsageError
     from ..report import render_html, render_markdown, report_data
 
+    if json and markdown:
+        raise UsageError("--json and --markdown are two formats: pick one")
     store = open_store(db)
     data = report_data(store, store.campaign_name(campaign), metric)
-    text = render_markdown(data) if markdown else render_html(data)
+    if json:
+        text = json_module.dumps(data.to_json(), indent=2, ensure_ascii=False, default=str) + "\n"
+    else:
+        text = render_markdown(data) if markdown else render_html(data)
     if out:
         out.write_text(text, encoding="utf-8")
         output.text(f"wrote {out}")
