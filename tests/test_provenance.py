@@ -82,7 +82,8 @@ def test_a_golden_is_taken_from_a_stored_runs_verdict_at_submit_time(cli, tmp_pa
 
     db = str(tmp_path / "r.db")
     cli("ingest", "--log", LOGS / "J17.log", "--sacct", LOGS / "J17.sacct", "--experiment", "report", "--db", db)
-    golden = [r["token_ids"] for r in json.loads(cli("show", "J17", "--db", db, "--json").stdout)["verdict"]["requests"]]
+    stored = json.loads(cli("show", "J17", "--db", db, "--json").stdout)
+    golden = [r["token_ids"] for r in stored["verdict"]["requests"]]
     spec = spec_file(tmp_path, "again", {"REPLAY_LOG": str(LOGS / "J17.log")}, extra="expect: {golden_from: J17}\n")
     done = cli("submit", spec, "--backend", "local", "--wait", "--db", db, "--runs-dir", tmp_path / "runs", "--json")
     assert done.exit_code == 0, done.output
