@@ -226,7 +226,7 @@ def judge(facts: LogFacts, scheduler: SchedulerSummary | None = None,
                                        ("probe said COHERENT", facts.probe_verdict == "COHERENT")) if on]
     false_green = status != "coherent" and bool(success_signals)
     if false_green:
-        reasons.append(f"false green: {', '.join(success_signals)} although the run is {status}")
+        reasons.append(f"FALSE GREEN: {', '.join(success_signals)} although the run is {status}")
 
     first_blocker = None
     if status in ("device_error", "crashed") and cause is not None:
