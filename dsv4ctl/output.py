@@ -6,6 +6,7 @@ Commands never print. Human output goes to stdout, messages about failures to st
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
@@ -20,8 +21,8 @@ def _console(stderr: bool = False) -> "Console":
     from rich.console import Console  # imported on first output: keeps `dsv4ctl --help` fast
 
     console = Console(stderr=stderr, highlight=False, soft_wrap=True)
-    if not console.is_terminal:
-        console.width = 160  # logs and pipes: wide tables rather than folded cells
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = 160  # logs and pipes: wide tables rather than folded cells (COLUMNS, when set, wins)
     return console
 
 
@@ -76,13 +77,18 @@ def escape(value: str) -> str:
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
           styles: Sequence[str | None] | None = None) -> None:
+    from rich import box
     from rich.table import Table
 
-    grid = Table(title=title, title_justify="left", show_lines=False)
+    cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    narrow = _console().width < 120
+    # On a narrow terminal, light borders leave the cells 10-20 more columns (the full values: `--json`).
+    grid = Table(title=title, title_justify="left", show_lines=False, box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
+                 pad_edge=not narrow, collapse_padding=narrow)
     for i, column in enumerate(columns):
         grid.add_column(column, style=(styles[i] if styles else None), overflow="fold")
-    for row in rows:
-        grid.add_row(*(escape("" if cell is None else str(cell)) for cell in row))
+    for row in cells:
+        grid.add_row(*(escape(cell) for cell in row))
     _console().print(grid)
 
 
