@@ -538,12 +538,19 @@ class _Transaction:
             self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
-def open_store(path: str | os.PathLike[str] | None = None, announce: bool = True) -> Store:
+def open_store(path: str | os.PathLike[str] | None = None, announce: bool = True, must_exist: bool = False) -> Store:
     """The store at `path`, else $DSV4CTL_DB, else the project config's (dsv4ctl.toml), else ./results.db; created
-    and migrated on first use. Unless it is ./results.db, which one is said on stderr (`announce`)."""
+    and migrated on first use. Unless it is ./results.db, which one is said on stderr (`announce`). Commands that
+    only read pass `must_exist`: in a folder with no database they say so, instead of creating an empty one and
+    showing nothing (`cd sub && dsv4ctl runs`)."""
     from .config import database, database_note
 
     found = database(path)
+    if must_exist and not Path(found.value).exists():
+        error = StoreError(f"no results database at {found.value}")
+        error.hint = ("run from the project's folder, give --db PATH, or write a dsv4ctl.toml there with "
+                      "`dsv4ctl init` so every subfolder finds it")
+        raise error
     note = database_note(found) if announce else None
     if note:
         from . import output

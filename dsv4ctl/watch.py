@@ -261,7 +261,7 @@ def rejudge(ref: str, db: str | None = None) -> tuple[Verdict, Path]:
     record): re-judging never throws away what was recorded."""
     from .store import open_store
 
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     row = store.find_run(ref)
     status = None
     if row.job_id and not row.ingested:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from dsv4ctl.store import open_store
+
 from dsv4ctl.config import ConfigError, load_config, parse_config, resolve
 
 from .conftest import BASE_SPEC, FIXTURES
@@ -50,6 +52,7 @@ def test_nothing_is_said_about_the_obvious_database(project):
 
 def test_flag_beats_environment_beats_config(project, tmp_path):
     other = tmp_path / "other.db"
+    open_store(other)
     by_env = dsv4ctl(project / "sub", "runs", "--json", DSV4CTL_DB=str(other))
     assert json.loads(by_env.stdout) == [] and f"using {other} (from DSV4CTL_DB)" in by_env.stderr
     by_flag = dsv4ctl(project / "sub", "runs", "--json", "--db", project / "results.db", DSV4CTL_DB=str(other))

@@ -139,7 +139,7 @@ def report(campaign: Annotated[str, typer.Argument(callback=check_campaign, help
 
     if json and markdown:
         raise UsageError("--json and --markdown are two formats: pick one")
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     data = report_data(store, store.campaign_name(campaign), metric)
     if json:
         text = json_module.dumps(data.to_json(), indent=2, ensure_ascii=False, default=str) + "\n"
@@ -154,7 +154,7 @@ def report(campaign: Annotated[str, typer.Argument(callback=check_campaign, help
 
 def campaigns(db: DbOpt = None, json: JsonOpt = False) -> None:
     """List campaigns, newest first: when made, how many runs, passed, failed and still running."""
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     rows = store.campaigns()
     if json:
         output.emit_json(rows)

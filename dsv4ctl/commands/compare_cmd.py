@@ -34,7 +34,7 @@ def compare(baseline: SideArg, candidate: SideArg, metric: MetricOpt = "gen_s",
     from ..store import open_store
 
     # With --json, a failure is a JSON error object on stderr: cli.main does that for every command.
-    result = run_compare(open_store(db), baseline, candidate, parse_metrics(metric), alpha, factor, expect_diff,
+    result = run_compare(open_store(db, must_exist=True), baseline, candidate, parse_metrics(metric), alpha, factor, expect_diff,
                          direction)
     if json:
         output.emit_json(result.to_json())

@@ -44,11 +44,12 @@ LabelOpt = Annotated[Optional[str], typer.Option(
                                "label, else J<run id>].")]
 
 
-def open_store(db: Path | None):
-    """The store (imported on use: sqlite-utils is slow to import and `--help` must stay fast)."""
+def open_store(db: Path | None, must_exist: bool = False):
+    """The store (imported on use: sqlite-utils is slow to import and `--help` must stay fast). Commands that only
+    read pass `must_exist`: no database there is an error, not an empty table."""
     from ..store import open_store as _open
 
-    return _open(db)
+    return _open(db, must_exist=must_exist)
 
 
 def check_backend(value: str | None) -> str | None:

@@ -175,7 +175,7 @@ def status(campaign: CampaignOpt = None,
     With --watch: exit 0 only if all passed, 1 if any did not, 3 when --timeout passed first."""
     from ..watch import poll_once, stuck_reason
 
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     campaign = store.campaign_name(campaign)
     rows = store.runs(campaign=campaign) if campaign else store.runs_in_flight()
     ids = [r.id for r in rows]
@@ -207,7 +207,7 @@ def runs(experiment: Annotated[Optional[str], typer.Option(help="Only this exper
          campaign: CampaignOpt = None,
          db: DbOpt = None, json: JsonOpt = False) -> None:
     """List recorded runs. An unknown status, state or campaign is a usage error (exit 2) naming the known ones."""
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     rows = store.runs(experiment=experiment, state=state, campaign=campaign, status=status)
     if json:
         output.emit_json([_run_json(store, r) for r in rows])
@@ -217,7 +217,7 @@ def runs(experiment: Annotated[Optional[str], typer.Option(help="Only this exper
 
 def show(run: RunArg, db: DbOpt = None, json: JsonOpt = False) -> None:
     """Everything recorded about one run."""
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     data = _run_json(store, store.find_run(run))
     if json:
         output.emit_json(data)
@@ -254,7 +254,7 @@ def cancel(refs: Annotated[Optional[list[str]], typer.Argument(
     from ..judge.states import is_waiting
     from ..scheduler import JobRef, get_scheduler
 
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     rows = [store.find_run(r) for r in refs or []]
     if campaign:
         rows += [r for r in store.runs(campaign=campaign) if is_waiting(r.state)]
@@ -279,7 +279,7 @@ def resume(campaign: Annotated[str, typer.Argument(callback=check_campaign, help
            db: DbOpt = None, json: JsonOpt = False) -> None:
     """Resubmit the runs of a campaign that never got a job or never produced a verdict, and nothing else."""
     from ..campaign import resume as resume_campaign
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     outcome = resume_campaign(store, campaign)
     if wait and outcome.run_ids:
         _watch_until_done(store, outcome.run_ids, quiet=json)
@@ -327,7 +327,7 @@ def logs(run: RunArg,
     Exit 3 when --timeout passes first."""
     from ..watch import follow_log
 
-    store = open_store(db)
+    store = open_store(db, must_exist=True)
     row = store.find_run(run)
     follow_log(store, row, follow=follow, write=output.raw, note=output.progress, timeout_s=timeout)
 
