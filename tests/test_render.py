@@ -87,8 +87,9 @@ sys.exit(int(os.environ.get("PROP_EXIT", "0")))
 def run_script(run_dir: Path, spec: ExperimentSpec, runtime: str, extra_env: dict[str, str] | None = None):
     script = write_run_files(spec, run_dir, runtime)
     env = {"PATH": os.environ["PATH"], "HOME": str(run_dir), **(extra_env or {})}
-    # `module` stands in for Lmod: it records its arguments, one per line, NUL-terminated calls.
-    module = "module() { printf '%s\\0' \"$@\" >> modules.log; printf '\\n\\0' >> modules.log; }; export -f module; "
+    # `module` stands in for Lmod: it records each call as its argument count, then its arguments, all
+    # NUL-terminated (NUL is the one byte an argument cannot hold, so any module name parses back unambiguously).
+    module = "module() { printf '%s\\0' \"$#\" \"$@\" >> modules.log; }; export -f module; "
     return subprocess.run(["bash", "-c", module + f'bash {json.dumps(str(script))}'], cwd=run_dir, env=env,
                           capture_output=True, timeout=60)
 
@@ -141,6 +142,16 @@ path_part = st.text(st.characters(blacklist_categories=("Cs",), blacklist_charac
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def module_calls(log: Path) -> list[list[str]]:
+    fields = log.read_bytes().decode("utf-8", "surrogateescape").split("\0")[:-1]
+    calls, i = [], 0
+    while i < len(fields):
+        n = int(fields[i])
+        calls.append(fields[i + 1:i + 1 + n])
+        i += n + 1
+    return calls
+
+
 @given(value=shell_text, module=shell_text.filter(bool), venv_name=path_part, entry=shell_text, lib=shell_text,
        runtime_name=path_part)
 def test_spec_values_reach_the_job_byte_identical_and_never_execute(tmp_path_factory, value, module, venv_name,
@@ -163,8 +174,7 @@ def test_spec_values_reach_the_job_byte_identical_and_never_execute(tmp_path_fac
     assert env["PYTHONPATH"] == f"{runtime}:{tmp_path}:{entry}"
     assert env.get("LD_LIBRARY_PATH", "") == lib
     assert dump["argv"] == [str(runtime / "dsv4_probe.py"), "spec.json"]
-    calls = (tmp_path / "run" / "modules.log").read_bytes().decode("utf-8", "surrogateescape").split("\n\0")
-    assert calls[:2] == ["purge\0", f"load\0{module}\0"]
+    assert module_calls(tmp_path / "run" / "modules.log")[:2] == [["purge"], ["load", module]]
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["dump.json", "job.sh", "modules.log",
                                                                      "raw.log", "spec.json"]
 
