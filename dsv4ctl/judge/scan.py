@@ -246,6 +246,11 @@ class LogParser:
 
     def _dispatch(self, line_no: int, heads: prefixes.Heads, buf: bytes, start: int) -> None:
         facts, content, proc = self.facts, heads.content, heads.process
+        if markers.DIAG in content:  # first: debug runs print one per rank per layer (the report's J14-J16)
+            m = markers.DIAG_RE.search(content)
+            if m:
+                self._diag(line_no, m.group("tag") or proc, m.group("key"), m.group("value"))
+                return
         if content.startswith(markers.STAGE):
             m = markers.STAGE_RE.match(content)
             self._stage(line_no, m.group("name")[:200] if m else "")
