@@ -11,7 +11,7 @@ import sys
 import typer
 
 from . import __version__
-from .commands import campaign_cmds, compare_cmd, model_cmds, run_cmds, spec_cmds, verdict_cmd
+from .commands import campaign_cmds, compare_cmd, model_cmds, perf_cmds, run_cmds, spec_cmds, verdict_cmd
 
 app = typer.Typer(
     name="dsv4ctl",
@@ -28,6 +28,7 @@ verdict_cmd.register(app)
 compare_cmd.register(app)
 campaign_cmds.register(app)
 model_cmds.register(app)
+perf_cmds.register(app)
 
 
 _debug = False  # set by the global --debug (or DSV4CTL_DEBUG=1): show tracebacks of unexpected errors

@@ -36,7 +36,7 @@ def parse_switches(pairs: list[str]) -> dict[str, str]:
 
 
 def ingest_log(store: Store, log: Path, experiment: str, sacct: Path | None, switch_pairs: list[str],
-               tags: list[str], label: str | None = None) -> tuple[int, Verdict]:
+               tags: list[str], label: str | None = None, git_sha: str | None = None) -> tuple[int, Verdict]:
     """Judge a log (and its sacct text) and record it as a run. Its label is `label`, else the job id the
     scheduler record names (J08), made unique (J08-2) when another run has it already."""
     switches = parse_switches(switch_pairs)
@@ -55,6 +55,6 @@ def ingest_log(store: Store, log: Path, experiment: str, sacct: Path | None, swi
         job_id=sched.get("job_id"), exit_code=sched.get("exit_code"), signal=sched.get("signal"),
         elapsed_s=sched.get("elapsed_s"), max_rss_kib=sched.get("max_rss_kib"), node=sched.get("node_list"),
         run_dir=str(log.resolve().parent), log_path=str(log.resolve()), switches_json=json.dumps(switches),
-        tags=",".join(tags), ingested=1, point_json="{}", repeat_index=0)
+        tags=",".join(tags), ingested=1, point_json="{}", repeat_index=0, git_sha=git_sha)
     store.save_verdict(run_id, verdict.to_json(), read_versions(log))
     return run_id, verdict

@@ -147,6 +147,23 @@ class EnvironmentSpec(_Strict):
         return self
 
 
+class PerfBound(_Strict):
+    """A performance reference for one stored metric (issue 17): a bound, widened by a tolerance."""
+
+    max: float | None = None
+    min: float | None = None
+    tolerance: str | float = Field(0.0, description="Slack on the bound: a fraction (0.05) or a percentage ('5%').")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> "PerfBound":
+        from .perf import parse_tolerance
+
+        if (self.max is None) == (self.min is None):
+            raise ValueError("give exactly one of `max` or `min`")
+        parse_tolerance(self.tolerance)
+        return self
+
+
 class ExpectSpec(_Strict):
     golden_token_ids: list[list[Int]] | list[Int] | None = None
     golden_from: str | None = Field(
@@ -157,6 +174,8 @@ class ExpectSpec(_Strict):
         None, description="Per request, the golden's top-N [token_id, logprob] pairs per position (vLLM's rule).")
     max_repeat_run: Int = Field(8, ge=2, le=limits.MAX_REPEAT_RUN)
     bos_id: Int = Field(0, ge=0, le=limits.MAX_TOKEN_ID)
+    perf: dict[str, PerfBound] | None = Field(
+        None, description="Performance references by stored metric: {gen_s: {max: 70, tolerance: 5%}}.")
 
 
 class ThroughputSpec(_Strict):
@@ -211,8 +230,14 @@ class ExperimentSpec(_Strict):
     def snapshot(self) -> dict[str, Any]:
         """The resolved spec as plain JSON data: what travels beside the job script."""
         # The label names runs, not the experiment: two labels of one spec are one experiment (same hash).
-        return self.model_dump(mode="json", exclude={"label"})
+        data = self.model_dump(mode="json", exclude={"label"})
+        if data["expect"].get("perf") is None:
+            data["expect"].pop("perf", None)  # specs without references keep the hash they had before issue 17
+        return data
 
     def spec_hash(self) -> str:
-        canonical = json.dumps(self.snapshot(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        # A reference judges the experiment, it is not part of it: setting one keeps the experiment's hash.
+        snapshot = self.snapshot()
+        snapshot["expect"].pop("perf", None)
+        canonical = json.dumps(snapshot, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]

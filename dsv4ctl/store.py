@@ -146,8 +146,18 @@ def m005_versions(db: sqlite_utils.Database) -> None:
         db["runs"].add_column(column, str)
 
 
+def m006_perf(db: sqlite_utils.Database) -> None:
+    # Issue 17: each judged run's check against its performance reference (dsv4ctl/perf.py), and the references
+    # set per experiment by `dsv4ctl reference set` (ingested runs have no spec to hold one).
+    db["perf_checks"].create({"run_id": int, "within": int, "source": str, "reference_json": str,
+                              "failures_json": str}, pk="run_id", foreign_keys=[("run_id", "runs", "id")])
+    db["perf_references"].create({"experiment": str, "perf_json": str, "source": str, "set_at": str},
+                                 pk="experiment")
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (m001_initial, m002_campaign_plan,
-                                                                    m003_judge_error, m004_labels, m005_versions)
+                                                                    m003_judge_error, m004_labels, m005_versions,
+                                                                    m006_perf)
 
 
 def _recorded_migrations(db: sqlite_utils.Database) -> set[str]:
@@ -474,6 +484,9 @@ class Store:
             rows = [row for row in rows if row["value"] is not None]
             if rows:
                 self.db["metrics"].insert_all(rows, pk=("run_id", "name"), replace=True)
+            from .perf import record_check
+
+            record_check(self, run_id, bool(verdict["passed"]), {row["name"]: row["value"] for row in rows})
 
     def verdict(self, run_id: int) -> dict[str, Any] | None:
         row = self.db.execute("SELECT verdict_json FROM verdicts WHERE run_id = ?", [run_id]).fetchone()

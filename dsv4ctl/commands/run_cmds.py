@@ -21,14 +21,17 @@ CampaignOpt = Annotated[Optional[str], typer.Option(callback=check_campaign,
 def _runs_table(store, rows, title: str) -> None:
     from ..watch import stuck_reason
 
+    from ..perf import outside_reference
+
     verdicts = store.verdict_summaries([r.id for r in rows])
+    outside = outside_reference(store, [r.id for r in rows])
     output.table(title, ["run", "label", "campaign", "experiment", "job", "state", "exit", "elapsed", "verdict",
                          "first blocker"],
                  [(r.id, r.data.get("label") or "-", r.campaign or "-", r.experiment, r.job_id or "-",
                    _state_cell(r, stuck_reason(r.state, r.data.get("state_detail"))),
                    f"{r.exit_code}:{r.signal}" if r.exit_code is not None else "-",
                    f"{r.elapsed_s}s" if r.elapsed_s is not None else "-",
-                   _verdict_cell(verdicts.get(r.id)),
+                   _verdict_cell(verdicts.get(r.id)) + (" OUTSIDE REFERENCE" if r.id in outside else ""),
                    (verdicts.get(r.id) or {}).get("first_blocker_kind")
                    or (f"judge error: {r.judge_error}" if r.data.get("judge_error") else "")[:60]
                    or (r.submit_message or "")[:60] or "")
@@ -52,6 +55,9 @@ def _run_json(store, row) -> dict:
     data = row.to_json()
     data["verdict"] = store.verdict(row.id)
     data["metrics"] = store.metrics(row.id)
+    from ..perf import stored_check
+
+    data["perf"] = stored_check(store, row.id)
     return data
 
 
@@ -224,6 +230,7 @@ def show(run: RunArg, db: DbOpt = None, json: JsonOpt = False) -> None:
         return
     verdict = data.pop("verdict") or {}
     metrics = data.pop("metrics")
+    perf = data.pop("perf")
     output.table(f"run {data['id']} ({data['label']})", ["field", "value"],
                  [(k, v if not isinstance(v, (dict, list)) else _compact(v)) for k, v in data.items()
                   if v not in (None, "", [], {})])
@@ -235,6 +242,9 @@ def show(run: RunArg, db: DbOpt = None, json: JsonOpt = False) -> None:
             output.text(f"  • {reason}")
     if metrics:
         output.text("metrics: " + ", ".join(f"{k}={v:g}" for k, v in metrics.items()))
+    if perf:
+        output.text(f"performance ({perf['source']}): " + ("within its reference" if perf["within"] else
+                    "; ".join(f["message"] for f in perf["failures"])))
 
 
 def _compact(value) -> str:
@@ -303,18 +313,22 @@ def ingest(log: Annotated[Path, typer.Option("--log", help="Raw log of an earlie
            label: Annotated[Optional[str], typer.Option(
                callback=check_label, help="Name the run [default: the job id of its sacct record (J08), else "
                                           "J<run id>].")] = None,
+           git_sha: Annotated[Optional[str], typer.Option(
+               help="The commit it ran (for `dsv4ctl history`).")] = None,
            db: DbOpt = None, json: JsonOpt = False) -> None:
     """Import the log of an earlier run (judged and stored like a submitted one)."""
     from ..ingest import ingest_log
 
     store = open_store(db)
-    run_id, verdict = ingest_log(store, log, experiment, sacct, switch or [], tag or [], label)
+    run_id, verdict = ingest_log(store, log, experiment, sacct, switch or [], tag or [], label, git_sha)
     row = store.find_run(str(run_id))
     if json:
         output.emit_json(_run_json(store, row))
     else:
+        perf = _run_json(store, row)["perf"]
         output.text(f"run {run_id} ({row.label}): {verdict.status}{' (passed)' if verdict.passed else ''}"
-                    f"{' FALSE GREEN' if verdict.false_green else ''}")
+                    f"{' FALSE GREEN' if verdict.false_green else ''}"
+                    f"{' OUTSIDE ITS PERFORMANCE REFERENCE' if perf and not perf['within'] else ''}")
         output.text(f"next: dsv4ctl verdict {row.label}")
 
 

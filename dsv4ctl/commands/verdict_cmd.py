@@ -37,26 +37,38 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
             db: DbOpt = None,
             json: JsonOpt = False) -> None:
     """Judge a job: a stored run (JOB) or a raw log (--log) with its sacct record. Exit 0 if it passed, 1 if not,
-    2 on usage errors."""
+    2 on usage errors, 4 if a stored run passed but is outside its performance reference (expect.perf or
+    `dsv4ctl reference set`)."""
     if (job is None) == (log is None):
         raise typer.BadParameter("give a stored run (JOB) or --log PATH, not both", param_hint="JOB / --log")
     if job is not None and _names_a_file(job):
         job, log = None, Path(job)  # `dsv4ctl verdict logs/J17.log`: a path where a run was expected is the log
+    perf = None
     if job is not None:
+        from ..perf import stored_check
+        from ..store import open_store
         from ..watch import rejudge
 
         result, log = rejudge(job, db)
+        store = open_store(db, announce=False, must_exist=True)
+        perf = stored_check(store, store.find_run(job).id)
     else:
         from ..judge.files import judge_files
 
         result = judge_files(log, sacct, job_id=job_id, bos_id=bos_id, max_repeat_run=max_repeat_run,
                              max_tokens=max_tokens, ignore_eos=ignore_eos, requests=requests)
     if json:
-        output.emit_json(result.to_json())
+        output.emit_json({**result.to_json(), "perf": perf} if job is not None else result.to_json())
     else:
         from ..verdict_view import show_verdict
 
         show_verdict(result, log, bos_id=bos_id)
+        for failure in (perf or {}).get("failures", []):
+            output.warn(f"performance: {failure['message']} ({perf['source']})")
+    if result.passed and perf and not perf["within"]:
+        from ..perf import EXIT_OUTSIDE_REFERENCE
+
+        raise typer.Exit(EXIT_OUTSIDE_REFERENCE)
     raise typer.Exit(0 if result.passed else 1)
 
 

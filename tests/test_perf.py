@@ -1,0 +1,143 @@
+"""Performance references (issue 17): bounds with tolerances, checked when a run is judged or ingested; a correct
+run outside its reference stays passed, is shown, and makes `dsv4ctl verdict` exit 4."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from .conftest import BASE_SPEC, FIXTURES
+from dsv4ctl.perf import PerfReferenceError, check_perf, parse_tolerance, perf_yaml, reference_from, write_into_spec
+
+
+def test_tolerances_read_as_fractions_or_percentages():
+    assert parse_tolerance("5%") == pytest.approx(0.05)
+    assert parse_tolerance(0.1) == 0.1 and parse_tolerance(None) == 0.0
+    for bad in ("fast", -0.1, True):
+        with pytest.raises(PerfReferenceError):
+            parse_tolerance(bad)
+
+
+def test_check_perf_widens_each_bound_by_its_tolerance():
+    perf = {"gen_s": {"max": 70.0, "tolerance": "5%"}, "tokens_per_s": {"min": 0.45}}
+    assert check_perf(perf, {"gen_s": 73.4, "tokens_per_s": 0.45}) == []
+    [slow] = check_perf(perf, {"gen_s": 101.3, "tokens_per_s": 0.5})
+    assert (slow.metric, slow.kind, slow.limit) == ("gen_s", "max", pytest.approx(73.5))
+    assert "101.3 above its reference max 70 +5%" in slow.message
+    [low, missing] = check_perf({"tokens_per_s": {"min": 0.45}, "ttft_s": {"max": 1}}, {"tokens_per_s": 0.4})
+    assert low.kind == "min" and missing.value is None and "not measured" in missing.message
+
+
+def test_a_reference_from_medians_prints_and_writes_into_a_spec(tmp_path):
+    block = reference_from({"gen_s": [67.5, 68.1, 67.9], "tokens_per_s": [0.47, 0.46, 0.48]}, 0.05)
+    assert block == {"gen_s": {"max": 67.9, "tolerance": "5%"}, "tokens_per_s": {"min": 0.47, "tolerance": "5%"}}
+    assert perf_yaml({"gen_s": block["gen_s"]}) == 'expect:\n  perf:\n    gen_s: {max: 67.9, tolerance: "5%"}\n'
+    written = write_into_spec(BASE_SPEC + "expect:\n  bos_id: 0\n  perf: {ttft_s: {max: 1}}\n", block)
+    import yaml
+
+    assert yaml.safe_load(written)["expect"] == {"bos_id": 0, "perf": block}
+
+
+def _spec(path):
+    from dsv4ctl.specload import load_spec
+
+    [point] = load_spec(path)
+    assert point.spec is not None, point.errors
+    return point.spec
+
+
+def test_the_spec_accepts_perf_and_keeps_its_hash(write_spec):
+    plain = _spec(write_spec(BASE_SPEC, "a.yaml"))
+    with_ref = _spec(write_spec(BASE_SPEC + "expect:\n  perf: {gen_s: {max: 70, tolerance: 5%}}\n", "b.yaml"))
+    assert with_ref.expect.perf["gen_s"].max == 70
+    assert with_ref.spec_hash() == plain.spec_hash()  # a reference judges the experiment, it is not part of it
+    assert "perf" not in plain.snapshot()["expect"]
+    assert with_ref.snapshot()["expect"]["perf"]["gen_s"] == {"max": 70.0, "min": None, "tolerance": "5%"}
+
+
+@pytest.mark.parametrize("bad", ["{gen_s: {tolerance: 5%}}", "{gen_s: {max: 1, min: 0}}",
+                                 "{gen_s: {max: 1, tolerance: lots}}"])
+def test_the_spec_refuses_a_reference_without_one_bound_or_with_a_bad_tolerance(write_spec, bad):
+    from dsv4ctl.specload import load_spec
+
+    [point] = load_spec(write_spec(BASE_SPEC + f"expect:\n  perf: {bad}\n"))
+    assert point.spec is None and any("perf" in str(e) for e in point.errors)
+
+
+def _log(tmp_path, name: str, gen_s: float):
+    text = (FIXTURES / "logs" / "J17.log").read_text(encoding="utf-8")
+    assert '"gen_s": 21.7' in text
+    path = tmp_path / f"{name}.log"
+    path.write_text(text.replace('"gen_s": 21.7', f'"gen_s": {gen_s}'), encoding="utf-8")
+    return path
+
+
+def _ingest(cli, tmp_path, db, name, gen_s, sha=None):
+    args = ["ingest", "--log", _log(tmp_path, name, gen_s), "--sacct", FIXTURES / "logs" / "J17.sacct",
+            "--experiment", "j17", "--label", name, "--db", db]
+    result = cli(*args, *(["--git-sha", sha] if sha else []))
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_reference_set_from_ingested_runs_then_a_slower_correct_run_exits_4(cli, tmp_path, write_spec):
+    db = tmp_path / "r.db"
+    for name, gen_s in (("A1", 67.5), ("A2", 68.1), ("A3", 67.9)):
+        _ingest(cli, tmp_path, db, name, gen_s)
+    spec = write_spec(BASE_SPEC)
+    done = cli("reference", "set", "j17", "--from", "A1", "--from", "A2", "--from", "A3", "--tolerance", "5%",
+               "--spec", spec, "--db", db)
+    assert done.exit_code == 0, done.output
+    assert 'gen_s: {max: 67.9, tolerance: "5%"}' in done.output
+    assert _spec(spec).expect.perf["gen_s"].max == 67.9  # the written spec still loads
+
+    assert cli("verdict", "A2", "--db", db).exit_code == 0  # 68.1 is inside 67.9 + 5%
+    slow = _ingest(cli, tmp_path, db, "SLOW", 101.3)
+    assert "passed" in slow.output and "OUTSIDE ITS PERFORMANCE REFERENCE" in slow.output
+    assert cli("verdict", "SLOW", "--db", db).exit_code == 4
+    shown = json.loads(cli("verdict", "SLOW", "--db", db, "--json").output)
+    assert shown["passed"] is True and shown["perf"]["within"] is False
+    assert shown["perf"]["failures"][0]["metric"] == "gen_s" and shown["perf"]["source"] == "reference set"
+    assert "OUTSIDE REFERENCE" in cli("runs", "--db", db).output
+    assert "gen_s 101.3 above its reference max 67.9" in cli("show", "SLOW", "--db", db).output
+
+
+def test_a_failed_run_is_never_checked_nor_used_for_a_reference(cli, tmp_path):
+    db = tmp_path / "r.db"
+    bad = tmp_path / "bad.log"
+    bad.write_text((FIXTURES / "logs" / "oom.log").read_text(encoding="utf-8"), encoding="utf-8")
+    assert cli("ingest", "--log", bad, "--experiment", "j17", "--label", "BAD", "--db", db).exit_code == 0
+    from dsv4ctl.reference_source import NoReferenceRuns
+
+    with pytest.raises(NoReferenceRuns, match="no passed run"):
+        cli("reference", "set", "j17", "--from", "BAD", "--db", db)
+    _ingest(cli, tmp_path, db, "OK", 21.7)
+    assert cli("reference", "set", "j17", "--from", "OK", "--db", db).exit_code == 0
+    bad.write_text((FIXTURES / "logs" / "oom.log").read_text(encoding="utf-8"), encoding="utf-8")
+    assert cli("ingest", "--log", bad, "--experiment", "j17", "--label", "BAD2", "--db", db).exit_code == 0
+    assert cli("verdict", "BAD2", "--db", db).exit_code == 1  # the gate first: a failed run is never "outside"
+    assert json.loads(cli("show", "BAD2", "--db", db, "--json").output)["perf"] is None
+
+
+def test_history_through_ingest_shows_the_commit_where_gen_s_stepped_up(cli, tmp_path):
+    db = tmp_path / "r.db"
+    values = [67.5, 68.1, 67.9, 68.3, 67.7, 68.0, 101.0, 101.5, 100.9, 101.3, 101.8, 100.7]
+    shas = [hashlib.sha1(f"commit {c}".encode()).hexdigest() for c in range(4)]
+    for i, gen_s in enumerate(values):
+        _ingest(cli, tmp_path, db, f"H{i}", gen_s, sha=shas[i // 3])
+    data = json.loads(cli("history", "j17", "--db", db, "--json").output)
+    assert [p["median"] for p in data["points"]] == [67.9, 68.0, 101.0, 101.3]
+    [step] = data["steps"]
+    assert (step["before"], step["after"]) == (shas[1], shas[2])
+    assert step["ratio"] == pytest.approx(101.15 / 67.95) and step["p_value"] < 0.01
+    text = cli("history", "j17", "--db", db).output
+    assert f"step {shas[1][:12]} -> {shas[2][:12]}: 67.95 -> 101.15 (+48.9%" in text
+
+
+def test_the_store_migrates_to_the_perf_tables(tmp_path):
+    from dsv4ctl.store import open_store
+
+    store = open_store(tmp_path / "r.db")
+    assert {"perf_checks", "perf_references"} <= set(store.db.table_names())
