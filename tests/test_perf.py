@@ -141,3 +141,38 @@ def test_the_store_migrates_to_the_perf_tables(tmp_path):
 
     store = open_store(tmp_path / "r.db")
     assert {"perf_checks", "perf_references"} <= set(store.db.table_names())
+
+
+def _judged(store, experiment_id, campaign_id, gen_s, tmp_path, name):
+    from dsv4ctl.judge.files import judge_files
+
+    run_id = store.add_run(experiment_id=experiment_id, campaign_id=campaign_id, backend="local", token=name,
+                           state="COMPLETED", ingested=0, point_json="{}", repeat_index=0)
+    verdict = judge_files(_log(tmp_path, name, gen_s), FIXTURES / "logs" / "J17.sacct")
+    store.save_verdict(run_id, verdict.to_json())
+    return run_id
+
+
+def test_a_reference_from_a_campaign_checks_later_runs_and_a_spec_reference_wins(cli, tmp_path):
+    from dsv4ctl.perf import stored_check
+    from dsv4ctl.store import open_store
+
+    db = tmp_path / "r.db"
+    store = open_store(db)
+    plain = store.experiment_id("j17", "h1", json.dumps({"expect": {}}), "s.yaml")
+    today = store.create_campaign("today", "local", "dsv4ctl submit s.yaml")
+    for i, gen_s in enumerate((67.5, 68.1, 67.9, 68.3, 67.7)):
+        _judged(store, plain, today, gen_s, tmp_path, f"t{i}")
+    done = cli("reference", "set", "j17", "--from", "today", "--metric", "gen_s", "--metric", "tokens_per_s",
+               "--tolerance", "0.05", "--db", db, "--json")
+    assert json.loads(done.output)["perf"] == {"gen_s": {"max": 67.9, "tolerance": "5%"},
+                                               "tokens_per_s": {"min": 1.47, "tolerance": "5%"}}
+    assert json.loads(done.output)["from"] == "campaign today"
+    slow = _judged(store, plain, None, 101.3, tmp_path, "slow")
+    assert stored_check(store, slow)["within"] is False
+    assert "OUTSIDE REFERENCE" in cli("runs", "--db", db).output
+    # the spec's own expect.perf comes first: here it allows 110 s
+    spec = {"expect": {"perf": {"gen_s": {"max": 110.0, "tolerance": "0%"}}}}
+    loose = store.experiment_id("j17", "h2", json.dumps(spec), "s.yaml")
+    check = stored_check(store, _judged(store, loose, None, 101.3, tmp_path, "loose"))
+    assert check == {"within": True, "source": "spec", "reference": spec["expect"]["perf"], "failures": []}

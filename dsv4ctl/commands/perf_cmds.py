@@ -80,7 +80,8 @@ def _short(group: str) -> str:
     """A git sha to 12 characters; other groups (a vLLM version, a date) whole."""
     import re
 
-    return group[:12] if re.fullmatch(r"[0-9a-f]{13,64}", group) else group
+    found = re.fullmatch(r"([0-9a-f]{13,64})(-dirty)?", group)  # campaigns record `git describe`-like -dirty
+    return found.group(1)[:12] + (found.group(2) or "") if found else group
 
 
 def _ci(ci) -> str:
