@@ -47,6 +47,14 @@ class CaseResult:
     statuses: dict[str, int]
     first_blocker: str | None
     skipped: str | None = None
+    perf_checked: int = 0  # passed runs checked against a performance reference (issue 17)
+    perf_outside: int = 0  # of those, the ones outside it: shown beside the result, never turning it to FAIL
+
+    @property
+    def reference(self) -> str:
+        if not self.perf_checked:
+            return "-"
+        return "ok" if not self.perf_outside else f"{self.perf_outside}/{self.perf_checked} outside"
 
     @property
     def ok(self) -> bool:
@@ -54,6 +62,8 @@ class CaseResult:
 
 
 def suite_matrix(store: Store, campaign: str, skipped: list[tuple[str, str]]) -> list[CaseResult]:
+    from .perf import stored_check
+
     rows = store.runs(campaign=campaign)
     verdicts = store.verdict_summaries([r.id for r in rows])
     cases: dict[str, CaseResult] = {}
@@ -65,6 +75,9 @@ def suite_matrix(store: Store, campaign: str, skipped: list[tuple[str, str]]) ->
         case.statuses[status] = case.statuses.get(status, 0) + 1
         if v and v["passed"]:
             case.passed += 1
+            check = stored_check(store, row.id)
+            case.perf_checked += check is not None
+            case.perf_outside += check is not None and not check["within"]
         elif case.first_blocker is None:
             case.first_blocker = (f"{v['first_blocker_kind']} (run {row.id}, line {v['first_blocker_line']})"
                                   if v and v["first_blocker_kind"] else f"{status} (run {row.id})")

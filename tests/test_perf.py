@@ -176,3 +176,20 @@ def test_a_reference_from_a_campaign_checks_later_runs_and_a_spec_reference_wins
     loose = store.experiment_id("j17", "h2", json.dumps(spec), "s.yaml")
     check = stored_check(store, _judged(store, loose, None, 101.3, tmp_path, "loose"))
     assert check == {"within": True, "source": "spec", "reference": spec["expect"]["perf"], "failures": []}
+
+
+def test_the_suite_matrix_shows_the_reference_check_beside_the_result(tmp_path):
+    from dsv4ctl.store import open_store
+    from dsv4ctl.suite import suite_matrix
+
+    store = open_store(tmp_path / "r.db")
+    spec = {"expect": {"perf": {"gen_s": {"max": 70.0, "tolerance": "5%"}}}}
+    case = store.experiment_id("a-good", "h", json.dumps(spec), "a-good.yaml")
+    other = store.experiment_id("b-unreferenced", "h", json.dumps({"expect": {}}), "b.yaml")
+    campaign = store.create_campaign("nightly", "local", "dsv4ctl suite s")
+    for i, gen_s in enumerate((68.0, 101.3, 69.0)):
+        _judged(store, case, campaign, gen_s, tmp_path, f"a{i}")
+    _judged(store, other, campaign, 101.3, tmp_path, "b0")
+    cases = {c.case: c for c in suite_matrix(store, "nightly", [])}
+    assert cases["a-good"].ok and cases["a-good"].reference == "1/3 outside"  # correct, so still PASS
+    assert cases["b-unreferenced"].reference == "-"

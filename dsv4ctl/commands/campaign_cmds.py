@@ -48,11 +48,14 @@ def suite(directory: Annotated[Path, typer.Argument(help="A folder of specs (exp
     if json:
         output.emit_json({"campaign": name, "cases": [{"case": c.case, "runs": c.runs, "passed": c.passed,
                                                        "statuses": c.statuses, "first_blocker": c.first_blocker,
-                                                       "skipped": c.skipped, "ok": c.ok} for c in cases]})
+                                                       "skipped": c.skipped, "ok": c.ok,
+                                                       "reference": {"checked": c.perf_checked,
+                                                                     "outside": c.perf_outside}} for c in cases]})
     else:
-        output.table(f"suite {directory} — campaign {name}", ["case", "runs", "passed", "result", "first blocker"],
+        output.table(f"suite {directory} — campaign {name}",
+                     ["case", "runs", "passed", "result", "reference", "first blocker"],
                      [(c.case, c.runs or "-", c.passed if not c.skipped else "-",
-                       "SKIPPED" if c.skipped else ("PASS" if c.ok else "FAIL"),
+                       "SKIPPED" if c.skipped else ("PASS" if c.ok else "FAIL"), c.reference,
                        c.skipped or c.first_blocker or "") for c in cases])
         output.text(f"next: dsv4ctl report {name} -o report.html")
     failed = [c for c in cases if not c.skipped and not c.ok]
