@@ -192,8 +192,9 @@ def find_steps(points: list[Point], values: list[list[float]], p_value=None) -> 
 # ---- the series from the store ----------------------------------------------------------------------------------
 
 
-def samples(store: Any, experiment: str, metric: str, by: str = "commit") -> list[Sample]:
-    """Every passed run of `experiment` with `metric`, in run order (oldest first)."""
+def samples(store: Any, experiment: str, metric: str, by: str = "commit", up_to_run: int | None = None) -> list[Sample]:
+    """Every passed run of `experiment` with `metric`, in run order (oldest first); only runs recorded up to run id
+    `up_to_run` when given (a campaign's report shows the history up to that campaign)."""
     if by not in ("commit", "date"):
         raise ValueError(f"--by {by!r}: commit or date")
     cursor = store.db.execute(
@@ -201,7 +202,8 @@ def samples(store: Any, experiment: str, metric: str, by: str = "commit") -> lis
         "coalesce(r.ended_at, r.submitted_at, v.judged_at) FROM runs r "
         "JOIN experiments e ON e.id = r.experiment_id JOIN verdicts v ON v.run_id = r.id "
         "JOIN metrics m ON m.run_id = r.id AND m.name = ? "
-        "WHERE e.name = ? AND v.passed = 1 ORDER BY r.id", [metric, experiment])
+        "WHERE e.name = ? AND v.passed = 1 AND r.id <= ? ORDER BY r.id",
+        [metric, experiment, 2**63 - 1 if up_to_run is None else up_to_run])
     out = []
     for run_id, label, value, sha, vllm, spec_hash, when in cursor.fetchall():
         group = (sha or (f"vllm {vllm}" if vllm else "unknown")) if by == "commit" else (when or "?")[:10]
@@ -224,6 +226,17 @@ def build_history(experiment: str, metric: str, by: str, runs: list[Sample], int
                             sorted({s.vllm_version for s in members if s.vllm_version})))
         values.append(vals)
     return History(experiment, metric, by, points, find_steps(points, values) if points else [])
+
+
+def campaign_histories(store: Any, campaign: str, metric: str) -> list[History]:
+    """The history of `metric` for each experiment of a campaign, up to the campaign's last run (its report)."""
+    rows = store.runs(campaign=campaign)
+    if not rows:
+        return []
+    last = max(r.id for r in rows)
+    names = sorted({r.experiment for r in rows})
+    found = [build_history(name, metric, "commit", samples(store, name, metric, "commit", last)) for name in names]
+    return [h for h in found if h.points]
 
 
 def sparkline(values: list[float]) -> str:

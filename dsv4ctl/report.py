@@ -36,6 +36,7 @@ class ReportData:
     ab_error: str | None = None  # why an A/B campaign has no comparison (e.g. the metric is not stored)
     provenance: list[dict[str, Any]] = field(default_factory=list)  # [{side, name, facts: [(label, values)], values}]
     run_objects: list[dict[str, Any]] = field(default_factory=list)  # each run as `runs --json` shows it
+    histories: list[Any] = field(default_factory=list)  # history.History per experiment, up to this campaign
 
     def to_json(self) -> dict[str, Any]:
         """What the page shows, as nested data (`report --json`): the campaign, its runs (the one run object of
@@ -51,7 +52,8 @@ class ReportData:
                 "ab": None if self.ab is None and self.ab_error is None else {
                     "comparison": self.ab.to_json() if self.ab else None, "error": self.ab_error,
                     "provenance": [{"side": p["side"], "experiments": p["name"], **p["values"]}
-                                   for p in self.provenance]}}
+                                   for p in self.provenance]},
+                "histories": [h.to_json() for h in self.histories]}
 
 
 def report_data(store: Store, campaign: str, metric: str = "gen_s") -> ReportData:
@@ -83,6 +85,9 @@ def report_data(store: Store, campaign: str, metric: str = "gen_s") -> ReportDat
     sides = ab_sides(rows)
     if sides:
         add_comparison(store, data, *sides)
+    from .history import campaign_histories
+
+    data.histories = campaign_histories(store, campaign, metric)
     return data
 
 
@@ -218,12 +223,13 @@ def svg_strip(groups: list[tuple[str, list[float]]], metric: str, width: int = 6
 
 
 def render_html(data: ReportData) -> str:
+    from .history import sparkline
     from .render import _environment
 
     return _environment().get_template("report.html.j2").render(
         data=data, rates_svg=svg_rates(data.sweep), strip_svg=svg_strip(data.distributions, data.metric),
         passed=sum(1 for r in data.runs if r["passed"]), ab_rows=metric_rows(data.ab) if data.ab else [],
-        values=values)
+        values=values, sparkline=sparkline)
 
 
 def md(value: Any) -> str:
@@ -253,7 +259,22 @@ def render_markdown(data: ReportData) -> str:
         lines += ["", f"Failures start at **{md(data.sweep.boundary.label)}**."]
     if data.ab or data.ab_error:
         lines += ["", "## A/B comparison", ""] + markdown_comparison(data)
+    lines += markdown_histories(data)
     return "\n".join(lines) + "\n"
+
+
+def markdown_histories(data: ReportData) -> list[str]:
+    """Each experiment's metric by commit up to this campaign, with the steps found (dsv4ctl history)."""
+    from .history import sparkline
+
+    lines = []
+    for h in data.histories:
+        lines += ["", f"## History of {md(h.metric)}: {md(h.experiment)} {sparkline([p.median for p in h.points])}",
+                  "", "| commit | runs | median |", "|---|---:|---:|"]
+        lines += [f"| {md(p.group[:12])} | {p.n} | {p.median:g} |" for p in h.points]
+        lines += [f"- step {md(s.before[:12])} → {md(s.after[:12])}: x{s.ratio:.3f}, p={s.p_value:.2g}"
+                  + (f" ({md('; '.join(s.notes))})" if s.notes else "") for s in h.steps]
+    return lines
 
 
 def markdown_comparison(data: ReportData) -> list[str]:

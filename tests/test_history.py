@@ -62,3 +62,44 @@ def test_dates_group_in_date_order_and_the_sparkline_follows_the_medians():
     assert [p.median for p in history.points] == [1.0, 6.0]
     assert sparkline([1.0, 6.0, 3.5]) == "▁█▅"
     assert history.to_json()["points"][0]["ci"] is None  # one run: the interval is unbounded, JSON says null
+
+
+def test_a_campaign_report_shows_each_experiment_history_up_to_that_campaign(tmp_path):
+    import hashlib
+    import json
+
+    from dsv4ctl.judge.files import judge_files
+    from dsv4ctl.report import render_html, render_markdown, report_data
+    from dsv4ctl.store import open_store
+
+    from .conftest import FIXTURES
+
+    text = (FIXTURES / "logs" / "J17.log").read_text(encoding="utf-8")
+    store = open_store(tmp_path / "r.db")
+    experiment = store.experiment_id("j17", "h", json.dumps({"expect": {}}), "s.yaml")
+    shas = [hashlib.sha1(f"c{i}".encode()).hexdigest() for i in range(5)]
+
+    def run(campaign, sha, gen_s, n):
+        log = tmp_path / f"{n}.log"
+        log.write_text(text.replace('"gen_s": 21.7', f'"gen_s": {gen_s}'), encoding="utf-8")
+        run_id = store.add_run(experiment_id=experiment, campaign_id=campaign, backend="local", token=f"t{n}",
+                               state="COMPLETED", ingested=0, point_json="{}", repeat_index=0, git_sha=sha)
+        store.save_verdict(run_id, judge_files(log, FIXTURES / "logs" / "J17.sacct").to_json())
+
+    values = [[67.5, 68.1, 67.9], [68.3, 67.7, 68.0], [101.0, 101.5, 100.9], [101.3, 101.8, 100.7]]
+    n = 0
+    for i, group in enumerate(values):
+        campaign = store.create_campaign(f"c{i}", "local", "dsv4ctl submit")
+        for gen_s in group:
+            n += 1
+            run(campaign, shas[i], gen_s, n)
+    later = store.create_campaign("later", "local", "dsv4ctl submit")
+    run(later, shas[4], 50.0, 99)
+    data = report_data(store, "c3")
+    [history] = data.histories
+    assert [p.median for p in history.points] == [67.9, 68.0, 101.0, 101.3]  # the later campaign is not in it
+    [step] = history.steps
+    assert (step.before, step.after) == (shas[1], shas[2])
+    assert f"step {shas[1][:12]} → {shas[2][:12]}: x1.489" in render_markdown(data)
+    assert "History of gen_s: j17" in render_html(data)
+    assert data.to_json()["histories"][0]["steps"][0]["after"] == shas[2]
