@@ -107,7 +107,6 @@ def noise_scale(groups: list[list[float]]) -> float:
 def change_points(groups: list[list[float]], penalty: float | None = None) -> list[int]:
     """PELT over group boundaries: the indices i (1 <= i < len(groups)) where a new segment starts, minimising
     sum of Gaussian segment costs (squared deviations / sigma^2) + penalty x number of changes."""
-    groups = [g for g in groups]
     m = len(groups)
     n_total = sum(len(g) for g in groups)
     if m < 2 or n_total < 3:
