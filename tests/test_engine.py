@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,12 +153,21 @@ def test_the_same_probe_runs_as_a_real_slurm_job(engine, tmp_path):
     if subprocess.run(["scontrol", "ping"], capture_output=True, text=True).stdout.count("UP") == 0:
         pytest.fail("the Slurm cluster is not up")
     store = open_store(tmp_path / "r.db")
-    outcome = submit(store, [SMOKE], "slurm", runs_root=tmp_path / "runs")
+    # A reference no CPU run can meet (issue 17): the job is correct, so it passes, with the miss recorded.
+    spec = variant(tmp_path, "smoke-ref", "expect:\n  perf:\n    gen_s: {max: 0.000001}\n")
+    outcome = submit(store, [spec], "slurm", runs_root=tmp_path / "runs")
     watch(store, interval_s=2, max_interval_s=5, timeout_s=400)
     run = store.find_run(str(outcome.run_ids[0]))
     v = store.verdict(run.id)
     assert run.state == "COMPLETED" and v["passed"], (run.state, v and v["reasons"])
     assert run.max_rss_kib and run.node
+    from dsv4ctl.perf import stored_check
+
+    check = stored_check(store, run.id)
+    assert check["within"] is False and check["failures"][0]["metric"] == "gen_s"
+    judged = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "verdict", str(run.id), "--db", str(tmp_path / "r.db")],
+                            capture_output=True, text=True, timeout=120)
+    assert judged.returncode == 4, judged.stdout + judged.stderr
 
 
 def test_tiny_deepseek_moe_mla_runs_on_the_cpu_engine(engine, tmp_path):
