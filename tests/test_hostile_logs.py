@@ -225,3 +225,9 @@ def test_options_from_the_caller_reach_streamed_requests():
     data = run_log(requests).replace(b'"bos_id": 0', b'"bos_id": 5')
     v = judge(parse_bytes(data), None, VerdictOptions(bos_id=5))
     assert v.status == "degenerate" and v.evidence["requests_past_cap"]["bad"] == 1
+
+
+def test_bad_requests_past_the_reasons_are_counted_once():
+    requests = [BAD_IDS] * 40 + [GOOD_IDS] * (MAX_REQUESTS - 40) + [BAD_IDS] * 3
+    v = verdict_of(run_log(requests))
+    assert v.status == "degenerate" and v.reasons[32] == "... and 11 more bad request(s)"

@@ -50,7 +50,7 @@ class LogFacts:
     expect: dict[str, Any] = field(default_factory=dict)
     py_exit: int | None = None
     py_exit_line: int | None = None
-    job_id: str | None = None  # from the DSV4_JOB line
+    job_fields: dict[str, str] = field(default_factory=dict)  # DSV4_JOB's key=value pairs (job, array_task...)
     setup_errors: list[Event] = field(default_factory=list)
     diag_counts: dict[str, int] = field(default_factory=dict)
     diag_last: dict[str, str] = field(default_factory=dict)  # "proc:key" -> last value

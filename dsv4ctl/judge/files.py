@@ -16,23 +16,7 @@ from .scan import parse_file
 from .sacct import SacctParseError, SacctRecord, SchedulerSummary, parse_sacct, summarise
 from .rules import Verdict, VerdictOptions, judge
 
-JOB_LINE_SCAN = 50  # the job script prints DSV4_JOB among its first lines
-_JOB_LINE = re.compile(r"DSV4_JOB:(?P<fields>.*)")
-_FIELD = re.compile(r"(\w+)=(\S*)")
 _TASK_DIR = re.compile(r"task-(\d+)")
-
-
-def job_fields(log: Path) -> dict[str, str]:
-    """The `key=value` fields of the log's DSV4_JOB line (job, array_job, array_task, spec, host), or {}."""
-    try:
-        with open(log, encoding="utf-8", errors="replace") as f:
-            for _, line in zip(range(JOB_LINE_SCAN), f):
-                m = _JOB_LINE.search(line)
-                if m:
-                    return dict(_FIELD.findall(m.group("fields")))
-    except OSError:
-        return {}
-    return {}
 
 
 def _jobs(records: list[SacctRecord]) -> list[tuple[str, str | None]]:
@@ -48,12 +32,12 @@ def _key(job: tuple[str, str | None]) -> str:
     return job[0] + (f"_{job[1]}" if job[1] is not None else "")
 
 
-def job_of_log(log: Path, records: list[SacctRecord]) -> tuple[str, str | None]:
-    """The job (id, array task) of `records` the log belongs to; LogError when it cannot be told."""
+def job_of_log(log: Path, fields: dict[str, str], records: list[SacctRecord]) -> tuple[str, str | None]:
+    """The job (id, array task) of `records` the log belongs to, from its DSV4_JOB fields or its task-<i>/ folder;
+    LogError when it cannot be told."""
     jobs = _jobs(records)
     if len(jobs) == 1:
         return jobs[0]
-    fields = job_fields(log)
     named = []
     if fields.get("array_job") and fields.get("array_task"):
         named.append((fields["array_job"], fields["array_task"]))
@@ -72,7 +56,7 @@ def job_of_log(log: Path, records: list[SacctRecord]) -> tuple[str, str | None]:
                    "name it with --job-id")
 
 
-def _summary(log: Path, sacct: Path, job_id: str | None) -> SchedulerSummary:
+def _summary(log: Path, fields: dict[str, str], sacct: Path, job_id: str | None) -> SchedulerSummary:
     try:
         records = parse_sacct(Path(sacct).read_text(encoding="utf-8", errors="replace"))
     except (OSError, SacctParseError) as exc:
@@ -83,7 +67,7 @@ def _summary(log: Path, sacct: Path, job_id: str | None) -> SchedulerSummary:
         base, _, task = job_id.partition("_")
         job = (base, task or None)
     else:
-        job = job_of_log(log, records)
+        job = job_of_log(log, fields, records)
     scheduler = summarise(records, job[0], job[1])
     if scheduler is None:
         raise LogError(f"{sacct} has no job row for job {_key(job)}")
@@ -99,5 +83,5 @@ def judge_files(log: Path, sacct: Path | None = None, *, job_id: str | None = No
         facts = parse_file(str(log), options)
     except OSError as exc:
         raise LogError(f"cannot read log {log}: {exc}") from None
-    scheduler = _summary(log, sacct, job_id) if sacct is not None else None
+    scheduler = _summary(log, facts.job_fields, sacct, job_id) if sacct is not None else None
     return judge(facts, scheduler, options)

@@ -36,6 +36,7 @@ from .scan import LogFacts
 from .states import KILLED as KILLED_STATES
 from .tokens import RequestVerdict, VerdictOptions, first_divergence, judge_request  # noqa: F401  (re-exported)
 
+MAX_BAD_REASONS = 32  # bad requests named in `reasons`; the rest are counted
 STATUSES = ("device_error", "nonfinite", "crashed", "incomplete", "degenerate", "coherent")
 
 
@@ -198,10 +199,11 @@ def judge(facts: LogFacts, scheduler: SchedulerSummary | None = None,
         probe_says_bad = facts.probe_verdict not in (None, "COHERENT")
         if bad or overflow.bad:
             status = "degenerate"
-            reasons += [f"request {r.index}: {'; '.join(r.problems)}" for r in bad[:32]]
-            hidden = len(bad) + overflow.bad - len(bad[:32]) - (len(overflow.examples) if len(bad) > 32 else 0)
-            if hidden > 0 and len(bad) + overflow.bad > 32:
-                reasons.append(f"... and {len(bad) + overflow.bad - 32} more bad request(s)")
+            shown = bad[:MAX_BAD_REASONS]
+            reasons += [f"request {r.index}: {'; '.join(r.problems)}" for r in shown]
+            n_bad = len(bad) - len(overflow.examples) + overflow.bad  # examples are a part of the tally, not more
+            if n_bad > len(shown):
+                reasons.append(f"... and {n_bad - len(shown)} more bad request(s)")
         elif probe_says_bad:
             status = "degenerate"
             reasons.append(f"the probe itself judged the output {facts.probe_verdict}")

@@ -354,8 +354,8 @@ class LogParser:
             self._add(facts.setup_errors, Event(line_no, "setup_error", value[:1000], proc, "setup", [content[:300]]),
                       "setup_errors", cap=MAX_EVENTS)
         elif key == "DSV4_JOB":
-            m = re.search(r"\bjob=(\S{1,64})", value)
-            facts.job_id = m.group(1) if m else facts.job_id
+            if not facts.job_fields:  # the job script prints it once, among its first lines
+                facts.job_fields = dict(re.findall(r"(\w{1,32})=(\S{0,64})", value)[:16])
         return True
 
     def _expect(self, line_no: int, value: str, content: str) -> None:
