@@ -28,3 +28,9 @@ MAX_WARMUP = 1_000  # untimed warm-up generations
 MAX_REPEAT_RUN = MAX_TOKENS  # same-token run length that counts as degenerate
 MAX_TOKEN_ID = 2**31 - 1  # vocabulary ids (int32 in every engine)
 MAX_SEED = 2**63 - 1  # torch accepts seeds up to 2**64 - 1; int64 is what every RNG API takes
+
+# -- serving and alignment (issues 14, 15) ----------------------------------------------------------------------
+MAX_PROMPTS = 1_000_000  # requests of one serving load (vllm bench serve's default is 1000)
+MAX_SERVE_SECONDS = 7 * 24 * 3600  # soak duration and readiness timeout: a week
+MAX_SERVE_ARGS = 256  # extra `vllm serve` arguments
+MAX_ALIGN_LAYERS = 4_096  # layers named in an alignment

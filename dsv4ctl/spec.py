@@ -184,6 +184,60 @@ class ThroughputSpec(_Strict):
     warmup: Int = Field(1, ge=0, le=limits.MAX_WARMUP)
 
 
+Mode = Literal["offline", "serve", "align"]
+
+
+class ServeSpec(_Strict):
+    """How the job starts `vllm serve` (mode: serve): its extra arguments, port and readiness wait."""
+
+    args: list[ScriptStr] = Field(default_factory=list, max_length=limits.MAX_SERVE_ARGS,
+                                  description="Extra `vllm serve` arguments, e.g. ['--max-num-seqs', '8'].")
+    port: Int = Field(0, ge=0, le=65535, description="0: a free port chosen in the job.")
+    ready_timeout_s: float = Field(600, gt=0, le=limits.MAX_SERVE_SECONDS,
+                                   description="How long to wait for GET /health to answer 200.")
+    stop_grace_s: float = Field(30, gt=0, le=3600, description="SIGINT, then SIGTERM after this many seconds.")
+    memory_interval_s: float = Field(2.0, gt=0, le=3600, description="Server memory sampled this often.")
+
+
+class SloSpec(_Strict):
+    """Service-level objectives for goodput, in vllm bench serve's `--goodput` keys (milliseconds)."""
+
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2el_ms: float | None = Field(None, gt=0)
+
+
+class LoadSpec(_Strict):
+    """The load a serve run sends, with vllm bench serve's names. Sampling comes from the spec's `sampling`."""
+
+    dataset: Literal["random", "requests", "jsonl"] = Field(
+        "random", description="random: token ids; requests: the spec's requests cycled; jsonl: a file of prompts.")
+    random_input_len: Int = Field(32, ge=1, le=limits.MAX_MODEL_LEN)
+    random_output_len: Int = Field(32, ge=1, le=limits.MAX_TOKENS)
+    random_range_ratio: float = Field(0.0, ge=0, lt=1)
+    path: ScriptStr | None = Field(None, description="dataset: jsonl — one {prompt|messages, max_tokens} per line.")
+    seed: Int = Field(0, ge=0, le=limits.MAX_SEED)
+    num_prompts: Int = Field(64, ge=1, le=limits.MAX_PROMPTS)
+    request_rate: float | Literal["inf"] = Field("inf", description="Requests per second, or inf (all at once).")
+    burstiness: float = Field(1.0, gt=0, le=1000, description="1: Poisson arrivals; else gamma with this shape.")
+    max_concurrency: Int | None = Field(None, ge=1, le=limits.MAX_PROMPTS)
+    duration_s: float | None = Field(None, gt=0, le=limits.MAX_SERVE_SECONDS,
+                                     description="Soak: keep sending (prompts cycled) for this long.")
+    warmup_requests: Int = Field(0, ge=0, le=limits.MAX_PROMPTS)
+    request_timeout_s: float = Field(600, gt=0, le=limits.MAX_SERVE_SECONDS)
+    slo: SloSpec = SloSpec()
+    memory_limit_mib: float | None = Field(None, gt=0, description="Server memory growth over a soak that fails "
+                                                                  "the run (without it a leak is only flagged).")
+
+    @model_validator(mode="after")
+    def _dataset_file(self) -> "LoadSpec":
+        if (self.dataset == "jsonl") != (self.path is not None):
+            raise ValueError("`path` is given exactly when dataset is jsonl")
+        if isinstance(self.request_rate, float) and self.request_rate <= 0:
+            raise ValueError("request_rate must be > 0 requests per second, or inf")
+        return self
+
+
 class ExperimentSpec(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     label: Annotated[str | None, AfterValidator(label_safe)] = Field(None, pattern=LABEL_PATTERN,
@@ -191,6 +245,8 @@ class ExperimentSpec(_Strict):
     description: str = ""
     tags: list[str] = Field(default_factory=list)
     platform: Platform = "gfx936"
+    mode: Mode = Field("offline", description="offline: one judged generation (the probe); serve: `vllm serve` "
+                                              "under load; align: layer-by-layer against a reference.")
     model: ModelSpec
     parallel: ParallelSpec = ParallelSpec()
     switches: dict[str, bool | int | float | ScriptStr] = Field(default_factory=dict)
@@ -204,6 +260,14 @@ class ExperimentSpec(_Strict):
     environment: EnvironmentSpec = EnvironmentSpec()
     expect: ExpectSpec = ExpectSpec()
     throughput: ThroughputSpec = ThroughputSpec()
+    serve: ServeSpec | None = None
+    load: LoadSpec | None = None
+
+    @model_validator(mode="after")
+    def _mode_sections(self) -> "ExperimentSpec":
+        if self.mode != "serve" and (self.serve is not None or self.load is not None):
+            raise ValueError("`serve` and `load` belong to mode: serve")
+        return self
 
     @property
     def is_deepseek_v4(self) -> bool:
@@ -231,6 +295,13 @@ class ExperimentSpec(_Strict):
         """The resolved spec as plain JSON data: what travels beside the job script."""
         # The label names runs, not the experiment: two labels of one spec are one experiment (same hash).
         data = self.model_dump(mode="json", exclude={"label"})
+        # Offline specs keep the hash they had before serving and alignment existed (issues 14, 15).
+        for key, default in (("mode", "offline"), ("serve", None), ("load", None), ("align", None)):
+            if key in data and data[key] == default:
+                data.pop(key)
+        if data.get("mode") == "serve":  # the job reads every serve setting, defaults included
+            data["serve"] = data.get("serve") or ServeSpec().model_dump(mode="json")
+            data["load"] = data.get("load") or LoadSpec().model_dump(mode="json")
         if data["expect"].get("perf") is None:
             data["expect"].pop("perf", None)  # specs without references keep the hash they had before issue 17
         return data
