@@ -3,6 +3,7 @@ reads back. One place for the words, so the three never drift apart.
 
     ### STAGE: <name>                     stage boundaries (the last one names where a run stopped)
     ENGINE_READY in <s>s                  the engine is up
+    SERVER_READY in <s>s                  mode serve: `vllm serve` answered GET /health (the engine is up)
     DSV4_EXPECT: {json}                   what the probe asked for (max_tokens, ignore_eos, n_requests, bos_id...)
     REQUEST: <i>                          then, per request:
     TOKEN_IDS: [ids]  FINISH_REASON: ...  TOKEN_DECODE: [...]  OUTPUT_REPR: '...'  OUTPUT: ...  LOGPROBS: [...]
@@ -10,6 +11,8 @@ reads back. One place for the words, so the three never drift apart.
     DSV4_METRICS: {json}                  timings and counts
     DSV4_VERDICT: <STATUS> (reasons)      the probe's own verdict
     DSV4_JOB / DSV4_SETUP_ERROR / DSV4_FAULT
+    DSV4_SERVE: {json}                    mode serve: the load sent and the server's files (server.log...)
+    DSV4_REQUEST_ERROR: {json}            mode serve: a request that failed ({"index", "error"})
     PY_EXIT=<code>                        Python's exit code, always the job's last line
 """
 
@@ -21,15 +24,17 @@ from typing import Any
 
 STAGE = "### STAGE:"
 ENGINE_READY = "ENGINE_READY"
+SERVER_READY = "SERVER_READY"
 PY_EXIT = "PY_EXIT="
 REQUEST = "REQUEST:"
 DIAG = "[DSV4_DIAG]"
 FIELDS = ("TOKEN_IDS", "FINISH_REASON", "TOKEN_DECODE", "OUTPUT_REPR", "OUTPUT", "STOP_REASON", "LOGPROBS")
-DSV4_KEYS = ("DSV4_VERDICT", "DSV4_METRICS", "DSV4_EXPECT", "DSV4_SETUP_ERROR", "DSV4_JOB", "DSV4_FAULT")
+DSV4_KEYS = ("DSV4_VERDICT", "DSV4_METRICS", "DSV4_EXPECT", "DSV4_SETUP_ERROR", "DSV4_JOB", "DSV4_FAULT",
+             "DSV4_SERVE", "DSV4_REQUEST_ERROR")
 MAX_EXIT_DIGITS = 6  # an exit code is 0-255 (or a negative signal); anything longer is garbage, not a number
 
 STAGE_RE = re.compile(r"^### STAGE:\s*(?P<name>.*?)\s*$")
-ENGINE_READY_RE = re.compile(r"ENGINE_READY in (?P<s>[0-9]{1,9}(?:\.[0-9]{1,9})?)\s*s")
+ENGINE_READY_RE = re.compile(r"(?:ENGINE|SERVER)_READY in (?P<s>[0-9]{1,9}(?:\.[0-9]{1,9})?)\s*s")
 PY_EXIT_RE = re.compile(r"^PY_EXIT=(?P<rc>-?\d+)\s*$")
 FIELD_RE = re.compile(r"^(?P<key>" + "|".join(sorted(FIELDS, key=len, reverse=True)) + r")"
                       r"(?:\[(?P<idx>\d{1,9})\])?:\s?(?P<value>.*)$")
@@ -44,6 +49,10 @@ def stage_line(name: str) -> str:
 
 def engine_ready_line(seconds: float) -> str:
     return f"{ENGINE_READY} in {seconds:.1f}s"
+
+
+def server_ready_line(seconds: float) -> str:
+    return f"{SERVER_READY} in {seconds:.1f}s"
 
 
 def request_line(index: int) -> str:

@@ -263,7 +263,7 @@ class LogParser:
         if m and m.group("key") == "TOKEN_IDS":
             self._start_request(line_no, m.group("idx"), m.group("value"))
             return
-        if markers.ENGINE_READY in content:
+        if markers.ENGINE_READY in content or markers.SERVER_READY in content:
             m = markers.ENGINE_READY_RE.search(content)
             if m:
                 facts.engine_ready_s = float(m.group("s"))
