@@ -155,9 +155,29 @@ def m006_perf(db: sqlite_utils.Database) -> None:
                                  pk="experiment")
 
 
+def m008_bisect(db: sqlite_utils.Database) -> None:
+    # Issue 16: a bisection (dsv4ctl/bisect.py), its steps and its probes (a subset of changes or a numeric value,
+    # with its runs' failure rate, Wilson interval and outcome). A probe's runs are the runs of its experiment
+    # (each probe's spec has a name of its own); the campaigns are recorded before they are submitted.
+    db["bisections"].create({"id": int, "kind": str, "inputs_key": str, "command": str, "backend": str,
+                             "inputs_json": str, "changes_json": str, "settings_json": str, "state": str,
+                             "result_json": str, "created_at": str, "updated_at": str}, pk="id")
+    db["bisections"].create_index(["inputs_key"])
+    db["bisect_steps"].create({"bisection_id": int, "step": int, "what": str, "probes_json": str,
+                               "created_at": str}, pk=("bisection_id", "step"),
+                              foreign_keys=[("bisection_id", "bisections", "id")])
+    db["bisect_probes"].create({"id": int, "bisection_id": int, "key": str, "role": str, "subset_json": str,
+                                "value": int, "spec_name": str, "step": int, "outcome": str, "runs": int,
+                                "failures": int, "untestable": int, "rate": float, "lo": float, "hi": float,
+                                "updated_at": str}, pk="id", foreign_keys=[("bisection_id", "bisections", "id")])
+    db["bisect_probes"].create_index(["bisection_id", "key"], unique=True)
+    db["bisect_campaigns"].create({"bisection_id": int, "campaign": str, "step": int}, pk="campaign",
+                                  foreign_keys=[("bisection_id", "bisections", "id")])
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (m001_initial, m002_campaign_plan,
                                                                     m003_judge_error, m004_labels, m005_versions,
-                                                                    m006_perf)
+                                                                    m006_perf, m008_bisect)
 
 
 def _recorded_migrations(db: sqlite_utils.Database) -> set[str]:
