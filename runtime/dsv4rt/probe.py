@@ -129,18 +129,23 @@ def registry_stage(spec: dict[str, Any]) -> None:
     say(f"{arch} registered: {arch in ModelRegistry.get_supported_archs()}")
 
 
+def print_request(index: int, ids: list[int], finish_reason: Any, decode: list[str], text: str) -> None:
+    """One request's block, as the verdict reads it (the serve driver prints its requests with this too)."""
+    say(markers.request_line(index))
+    say(markers.field_line("TOKEN_IDS", json.dumps(ids)))
+    say(markers.field_line("FINISH_REASON", str(finish_reason)))
+    say(markers.field_line("TOKEN_DECODE", repr(decode)))
+    say(markers.field_line("OUTPUT_REPR", repr(text)))
+    say(markers.field_line("OUTPUT", text))
+
+
 def request_block(index: int, out: Any, tokenizer, bos_id: int, fault: str | None):
     """Print one request's block; return its token ids, finish reason and top-N logprobs (when asked for)."""
     completion = out.outputs[0]
     ids = faults.corrupt_ids(fault, list(completion.token_ids), bos_id)
     decode = [tokenizer.decode([t], skip_special_tokens=False) for t in ids]
     text = completion.text if ids == list(completion.token_ids) else tokenizer.decode(ids, skip_special_tokens=True)
-    say(markers.request_line(index))
-    say(markers.field_line("TOKEN_IDS", json.dumps(ids)))
-    say(markers.field_line("FINISH_REASON", str(completion.finish_reason)))
-    say(markers.field_line("TOKEN_DECODE", repr(decode)))
-    say(markers.field_line("OUTPUT_REPR", repr(text)))
-    say(markers.field_line("OUTPUT", text))
+    print_request(index, ids, completion.finish_reason, decode, text)
     top: list[list[list[float]]] | None = None
     if completion.logprobs:
         top = [sorted(([int(t), float(lp.logprob)] for t, lp in step.items()), key=lambda p: -p[1])
@@ -163,6 +168,15 @@ def ttft(outputs: list[Any]) -> float | None:
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0] if argv else "spec.json").read_text(encoding="utf-8"))
+    mode = spec.get("mode", "offline")
+    if mode == "serve":
+        from . import serve
+
+        return serve.main(spec)
+    if mode == "align":
+        from . import align
+
+        return align.main(spec)
     from dsv4ctl.judge.scan import LogFacts, RequestBlock
     from dsv4ctl.judge.rules import judge, options_for_spec
 
