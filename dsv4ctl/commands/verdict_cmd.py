@@ -35,6 +35,10 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
             requests: Annotated[Optional[int], typer.Option(help="Requests expected in the log.",
                                                             callback=at_least(1))] = None,
             db: DbOpt = None,
+            exit_codes: Annotated[str, typer.Option(
+                "--exit-codes", callback=check_exit_codes,
+                help="dsv4ctl (the codes below) or git-bisect: 0 passed, 1 failed, 125 could not be tested "
+                     "(not submitted, cancelled, node failure, no log) for `git bisect run`.")] = "dsv4ctl",
             json: JsonOpt = False) -> None:
     """Judge a job: a stored run (JOB) or a raw log (--log) with its sacct record. Exit 0 if it passed, 1 if not,
     2 on usage errors, 4 if a stored run passed but is outside its performance reference (expect.perf or
@@ -43,6 +47,10 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
         raise typer.BadParameter("give a stored run (JOB) or --log PATH, not both", param_hint="JOB / --log")
     if job is not None and _names_a_file(job):
         job, log = None, Path(job)  # `dsv4ctl verdict logs/J17.log`: a path where a run was expected is the log
+    if exit_codes == "git-bisect":
+        raise typer.Exit(_git_bisect_code(job, log, sacct, db, dict(
+            job_id=job_id, bos_id=bos_id, max_repeat_run=max_repeat_run, max_tokens=max_tokens,
+            ignore_eos=ignore_eos, requests=requests)))
     perf = None
     if job is not None:
         from ..perf import stored_check
@@ -70,6 +78,38 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
 
         raise typer.Exit(EXIT_OUTSIDE_REFERENCE)
     raise typer.Exit(0 if result.passed else 1)
+
+
+def check_exit_codes(value: str) -> str:
+    if value not in ("dsv4ctl", "git-bisect"):
+        raise typer.BadParameter(f"{value!r} is not one of: dsv4ctl, git-bisect")
+    return value
+
+
+def _git_bisect_code(job: str | None, log: Path | None, sacct: Path | None, db: Path | None,
+                     options: dict) -> int:
+    """0 passed, 1 failed, 125 could not be tested: `git bisect run` skips the commit instead of blaming it. Any
+    error on the way (no such run, an unreadable log) is 125 too: git bisect stops on codes above 127 only."""
+    from ..bisect_rates import GIT_BISECT_EXIT, run_outcome
+    from ..errors import Dsv4Error
+
+    try:
+        if job is not None:
+            from ..watch import rejudge
+
+            result, log = rejudge(job, db)
+        else:
+            from ..judge.files import judge_files
+
+            result = judge_files(log, sacct, **options)
+    except (Dsv4Error, OSError) as exc:
+        output.warn(f"could not be tested: {exc}")
+        return GIT_BISECT_EXIT["untestable"]
+    state = (result.to_json().get("scheduler") or {}).get("state")
+    has_log = log is not None and log.exists() and log.stat().st_size > 0
+    outcome = run_outcome(state, result.passed, has_log)
+    output.text(f"{outcome}: {result.status}" + (f" ({state})" if state else ""))
+    return GIT_BISECT_EXIT[outcome]
 
 
 def _names_a_file(job: str) -> bool:
