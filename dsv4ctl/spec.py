@@ -238,6 +238,42 @@ class LoadSpec(_Strict):
         return self
 
 
+class AlignTolerances(_Strict):
+    """What `aligned` means (issue 15): every bound can be overridden in the spec."""
+
+    cosine: float = Field(0.999, ge=-1, le=1, description="Per layer: the worst kept position's cosine.")
+    top1: bool = Field(True, description="The next token's top-1 equal, at every position compared.")
+    topk: Int = Field(5, ge=1, le=20, description="How many logprobs are compared per position (vLLM max 20).")
+    topk_overlap: Int = Field(4, ge=0, le=20, description="Ids shared by both sides' top-k, per position.")
+    perplexity_ratio: float = Field(1.05, ge=1, description="max(a/b, b/a) of the two perplexities.")
+    attention_cosine: float = Field(0.999, ge=-1, le=1,
+                                    description="The one-token attention over the fp8_ds_mla cache vs bf16.")
+
+    @model_validator(mode="after")
+    def _overlap_fits(self) -> "AlignTolerances":
+        if self.topk_overlap > self.topk:
+            raise ValueError(f"topk_overlap {self.topk_overlap} cannot exceed topk {self.topk}")
+        return self
+
+
+class AlignSpec(_Strict):
+    """Layer-by-layer alignment (mode: align) of the spec's requests against a reference."""
+
+    reference: str = Field("hf", pattern=r"^(hf|run:[A-Za-z0-9][A-Za-z0-9._-]{0,127})$",
+                           description="hf: transformers on CPU in float32, in the same job; run:ID: a stored "
+                                       "align run of the same prompts (label, run id or job id).")
+    perplexity_file: ScriptStr | None = Field(None, description="A UTF-8 text file on the node [default: the "
+                                                                "one shipped in runtime/dsv4rt/data].")
+    perplexity_tokens: Int = Field(256, ge=2, le=limits.MAX_MODEL_LEN,
+                                   description="Tokens of the file scored (cut to max_model_len - 1).")
+    layers: list[Annotated[int, Strict(), Field(ge=0, lt=limits.MAX_ALIGN_LAYERS)]] | None = Field(
+        None, max_length=limits.MAX_ALIGN_LAYERS, description="Decoder layers compared [default: all].")
+    keep_positions: Int = Field(16, ge=1, le=4096, description="Per prompt and layer, the first N and last N "
+                                                               "positions of the prefill are kept.")
+    rungs: bool = Field(True, description="Also run the cache round trip and the one-token attention rungs.")
+    tolerances: AlignTolerances = AlignTolerances()
+
+
 class ExperimentSpec(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     label: Annotated[str | None, AfterValidator(label_safe)] = Field(None, pattern=LABEL_PATTERN,
@@ -262,11 +298,14 @@ class ExperimentSpec(_Strict):
     throughput: ThroughputSpec = ThroughputSpec()
     serve: ServeSpec | None = None
     load: LoadSpec | None = None
+    align: AlignSpec | None = None
 
     @model_validator(mode="after")
     def _mode_sections(self) -> "ExperimentSpec":
         if self.mode != "serve" and (self.serve is not None or self.load is not None):
             raise ValueError("`serve` and `load` belong to mode: serve")
+        if self.mode != "align" and self.align is not None:
+            raise ValueError("`align` belongs to mode: align")
         return self
 
     @property
@@ -302,6 +341,8 @@ class ExperimentSpec(_Strict):
         if data.get("mode") == "serve":  # the job reads every serve setting, defaults included
             data["serve"] = data.get("serve") or ServeSpec().model_dump(mode="json")
             data["load"] = data.get("load") or LoadSpec().model_dump(mode="json")
+        if data.get("mode") == "align":  # the job and the judge read every align setting, defaults included
+            data["align"] = data.get("align") or AlignSpec().model_dump(mode="json")
         if data["expect"].get("perf") is None:
             data["expect"].pop("perf", None)  # specs without references keep the hash they had before issue 17
         return data

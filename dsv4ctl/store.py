@@ -155,6 +155,17 @@ def m006_perf(db: sqlite_utils.Database) -> None:
                                  pk="experiment")
 
 
+def m007_align(db: sqlite_utils.Database) -> None:
+    # Issue 15: an align run's result (dsv4ctl/align.py), recomputed from its capture files when it is judged,
+    # and one row per rung (cache, attention, each layer, final norm, logits, greedy, perplexity) for show/report.
+    db["alignments"].create({"run_id": int, "aligned": int, "verdict": str, "first_rung": str, "first_layer": int,
+                             "reference": str, "result_json": str, "judged_at": str}, pk="run_id",
+                            foreign_keys=[("run_id", "runs", "id")])
+    db["align_rungs"].create({"run_id": int, "position": int, "name": str, "kind": str, "layer": int, "ok": int,
+                              "cosine": float, "max_abs": float, "rel_l2": float}, pk=("run_id", "position"),
+                             foreign_keys=[("run_id", "runs", "id")])
+
+
 def m008_bisect(db: sqlite_utils.Database) -> None:
     # Issue 16: a bisection (dsv4ctl/bisect.py), its steps and its probes (a subset of changes or a numeric value,
     # with its runs' failure rate, Wilson interval and outcome). A probe's runs are the runs of its experiment
@@ -177,7 +188,7 @@ def m008_bisect(db: sqlite_utils.Database) -> None:
 
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (m001_initial, m002_campaign_plan,
                                                                     m003_judge_error, m004_labels, m005_versions,
-                                                                    m006_perf, m008_bisect)
+                                                                    m006_perf, m007_align, m008_bisect)
 
 
 def _recorded_migrations(db: sqlite_utils.Database) -> set[str]:
@@ -479,10 +490,14 @@ class Store:
     def save_verdict(self, run_id: int, verdict: dict[str, Any], versions: dict[str, str] | None = None) -> None:
         """Store a verdict with its metrics, and the software versions its log names (`versions`, by column): a
         version the log no longer names keeps what was recorded."""
+        from .align import judged, record_alignment
         from .versions import VERSION_COLUMNS
 
+        verdict, alignment = judged(self, run_id, verdict)  # mode: align — compared from its capture files
         blocker = verdict.get("first_blocker") or {}
         with self.transaction():
+            if alignment is not None:
+                record_alignment(self, run_id, alignment)
             # Numbers from a log can be anything (a 400-digit count, NaN): the columns get what SQLite can hold,
             # verdict_json keeps them exactly, and the metrics table only finite numbers.
             self.db["verdicts"].upsert({key: bindable(value) for key, value in {

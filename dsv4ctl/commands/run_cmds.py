@@ -121,6 +121,9 @@ def submit(specs: SpecsArg,
     store = open_store(db) if not dry_run or needs_store(planned) else None
     if store is not None:
         resolve_goldens(store, planned)  # expect.golden_from: J17 -> its token ids, before anything is recorded
+        from ..align import check_references
+
+        check_references(store, planned)  # align.reference: run:ID must name a stored capture
     if dry_run:
         rows = [{"name": p.spec.name, "label": p.label, "point": p.point, "repeat": p.repeat,
                  "spec_hash": p.spec.spec_hash()} for p in planned]
@@ -225,9 +228,13 @@ def show(run: RunArg, db: DbOpt = None, json: JsonOpt = False) -> None:
     """Everything recorded about one run."""
     store = open_store(db, must_exist=True)
     data = _run_json(store, store.find_run(run))
+    from ..align import stored_alignment
+
+    alignment = data["align"] = stored_alignment(store, data["id"])  # mode: align runs only
     if json:
         output.emit_json(data)
         return
+    data.pop("align")
     verdict = data.pop("verdict") or {}
     metrics = data.pop("metrics")
     perf = data.pop("perf")
@@ -245,6 +252,10 @@ def show(run: RunArg, db: DbOpt = None, json: JsonOpt = False) -> None:
     if perf:
         output.text(f"performance ({perf['source']}): " + ("within its reference" if perf["within"] else
                     "; ".join(f["message"] for f in perf["failures"])))
+    if alignment:
+        from ..align_view import show_alignment
+
+        show_alignment(alignment)
 
 
 def _compact(value) -> str:
