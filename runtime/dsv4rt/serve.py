@@ -76,18 +76,21 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         return []
 
 
-class Killer:
-    """The server-kill fault: SIGKILL to the server once `after` requests were sent."""
+class SendWatch:
+    """Called as each request is sent: notes when the server was first seen dead, and carries out the server-kill
+    fault (SIGKILL to the server once `kill_after` requests were sent)."""
 
-    def __init__(self, server: serverlib.ServerProcess, after: int | None, total: int) -> None:
-        self.server, self.after, self.total, self.sent = server, after, total, 0
+    def __init__(self, server: serverlib.ServerProcess, kill_after: int | None, total: int) -> None:
+        self.server, self.kill_after, self.total = server, kill_after, total
+        self.dead_after: int | None = None
 
     def __call__(self, sent: int) -> None:
-        self.sent = sent
-        if self.after is not None and sent == self.after:
+        if self.kill_after is not None and sent == self.kill_after:
             self.server.kill()
             say(markers.dsv4_line("DSV4_FAULT", f"server-kill: SIGKILL to the vLLM server (pid {self.server.pid}) "
                                                 f"after {sent} of {self.total} requests were sent"))
+        if self.dead_after is None and not self.server.alive():
+            self.dead_after = sent
 
 
 def run_load(spec: dict[str, Any], server: serverlib.ServerProcess, base_url: str, fault: str | None,
@@ -110,8 +113,8 @@ def run_load(spec: dict[str, Any], server: serverlib.ServerProcess, base_url: st
         "load": load, "files": {"server_log": SERVER_LOG, "requests": REQUESTS_FILE, "memory": MEMORY_FILE},
         "server_command": shlex.join(server.command)}))
     stage("load")
-    killer = Killer(server, faults.kill_point(fault, len(prompts)), len(prompts))
-    result = loadgen.drive(base_url, model, prompts, load, spec["sampling"], ignore_eos(spec), on_sent=killer)
+    watch = SendWatch(server, faults.kill_point(fault, len(prompts)), len(prompts))
+    result = loadgen.drive(base_url, model, prompts, load, spec["sampling"], ignore_eos(spec), on_sent=watch)
     result.collapsed = faults.bos_under_concurrency(fault, result.records, result.in_flight,
                                                     spec["expect"]["bos_id"])
     if result.collapsed is not None:
@@ -121,9 +124,11 @@ def run_load(spec: dict[str, Any], server: serverlib.ServerProcess, base_url: st
     if not server.alive():
         write_jsonl(run_dir / REQUESTS_FILE, result.records)
         print_server_tail(server)
-        failed = sum(1 for r in result.records if r["error"] is not None and not r["warmup"])
-        raise serverlib.ServerFailed(f"{server.death()} during the load, after {killer.sent} of {len(prompts)} "
-                                     f"requests were sent ({failed} failed)")
+        measured = [r for r in result.records if not r["warmup"]]
+        seen = (f"first seen dead after {watch.dead_after} of {len(measured)} requests were sent"
+                if watch.dead_after is not None else "seen dead once every request was sent")
+        failed = sum(1 for r in measured if r["error"] is not None)
+        raise serverlib.ServerFailed(f"{server.death()} during the load: {seen}; {failed} request(s) failed")
     return result, ready_s
 
 
@@ -167,7 +172,6 @@ def eos_ids(spec: dict[str, Any]) -> frozenset[int]:
 
 def report(spec: dict[str, Any], result: loadgen.LoadResult, ready_s: float, run_dir: Path) -> int:
     """Blocks, metrics and the verdict; the exit code."""
-    from dsv4ctl.judge.serve_rules import judge_serve
     from dsv4ctl.judge.serving import summarise
 
     measured = [r for r in result.records if not r["warmup"]]
@@ -186,13 +190,36 @@ def report(spec: dict[str, Any], result: loadgen.LoadResult, ready_s: float, run
     metrics["engine_ready_s"] = round(ready_s, 3)
     say(markers.dsv4_line("DSV4_METRICS", metrics))
     memory = read_jsonl(run_dir / MEMORY_FILE)
-    judgement = judge_serve({**spec, "sampling": {**spec["sampling"], "ignore_eos": ignore_eos(spec)}},
-                            result.records, memory, eos_ids=eos_ids(spec), ready_s=ready_s)
-    notes = judgement.reasons + judgement.blockers + judgement.findings
-    say(markers.dsv4_line("DSV4_VERDICT", judgement.status.upper() + (f" ({'; '.join(notes)})" if notes else "")))
+    status, notes, ok = judgement(spec, result.records, memory, ready_s)
+    say(markers.dsv4_line("DSV4_VERDICT", status.upper() + (f" ({'; '.join(notes)})" if notes else "")))
     if faults.force_exit0():
         return 0
-    return 0 if judgement.ok else EXIT_NOT_COHERENT
+    return 0 if ok else EXIT_NOT_COHERENT
+
+
+def judgement(spec: dict[str, Any], records: list[dict[str, Any]], memory: list[dict[str, Any]],
+              ready_s: float) -> tuple[str, list[str], bool]:
+    """(status, reasons, ok) from the serve rules (judge/serve_rules.py); where that module is not there (an older
+    dsv4ctl beside a newer runtime), the offline rules over the completed requests, a failed one failing the run."""
+    spec = {**spec, "sampling": {**spec["sampling"], "ignore_eos": ignore_eos(spec)}}
+    try:
+        from dsv4ctl.judge.serve_rules import judge_serve
+    except ImportError:
+        from dsv4ctl.judge.rules import judge
+        from dsv4ctl.judge.scan import LogFacts, RequestBlock
+        from dsv4ctl.judge.serving import is_completed
+        from dsv4ctl.judge.tokens import VerdictOptions
+
+        runs = [r for r in records if not r["warmup"]]
+        blocks = [RequestBlock(line=0, index=r["index"], token_ids=r["token_ids"] or [], finish_reason=r[
+            "finish_reason"]) for r in runs if is_completed(r)]
+        options = VerdictOptions(bos_id=spec["expect"]["bos_id"], max_repeat_run=spec["expect"]["max_repeat_run"],
+                                 expected_requests=len(runs))
+        verdict = judge(LogFacts(requests=blocks, py_exit=0), None, options)
+        failed = [f"request {r['index']} failed: {r['error']}" for r in runs if not is_completed(r)][:1]
+        return verdict.status, failed + verdict.reasons, verdict.status == "coherent"
+    found = judge_serve(spec, records, memory, eos_ids=eos_ids(spec), ready_s=ready_s)
+    return found.status, found.reasons + found.blockers + found.findings, found.ok
 
 
 def main(spec: dict[str, Any]) -> int:
