@@ -116,6 +116,11 @@ def _check_meta(meta: Any, where: Path) -> None:
               and isinstance(p.get("greedy_top"), list) and all(_top_list(s) for s in p["greedy_top"]))
         if not ok:
             raise CaptureError(f"{where}: prompt {i} lacks token_ids, positions, greedy ids or top-k lists")
+        n, positions = len(p["token_ids"]), p["positions"]
+        if not n or positions != sorted(set(positions)) or not positions or not 0 <= positions[0] <= positions[-1] < n:
+            raise CaptureError(f"{where}: prompt {i} keeps positions that are not its own")
+        if not p["greedy_ids"] or len(p["greedy_top"]) != len(p["greedy_ids"]) or not p["next_top"]:
+            raise CaptureError(f"{where}: prompt {i} has no greedy continuation with a top-k per token")
     ppl = meta.get("perplexity")
     if not isinstance(ppl, dict) or not isinstance(ppl.get("ppl"), (int, float)) or isinstance(ppl["ppl"], bool):
         raise CaptureError(f"{where}: no perplexity")

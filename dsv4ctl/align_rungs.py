@@ -73,7 +73,7 @@ def difference(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
 
 def layer_rungs(engine, reference, wanted: list[int] | None, tol: dict[str, Any]) -> list[dict[str, Any]]:
     e_layers, r_layers = engine.meta["layers"], reference.meta["layers"]
-    layers = sorted(set(wanted if wanted is not None else e_layers))
+    layers = sorted(set(wanted if wanted is not None else e_layers + r_layers))  # a layer on one side only: refused
     missing = [layer for layer in layers if layer not in e_layers or layer not in r_layers]
     if missing or not layers:
         raise _error(f"layers {missing or 'none'} are not in both captures (engine {e_layers[:8]}, "

@@ -110,6 +110,25 @@ def batch_is_positive_sweep(spec: ExperimentSpec) -> Iterator[Finding]:
                        "§0.3: the batch=8 fault only showed after longer decodes")
 
 
+def align_is_comparable(spec: ExperimentSpec) -> Iterator[Finding]:
+    """mode: align compares greedy tokens and one prompt's prefill at a time (issue 15)."""
+    if spec.mode != "align":
+        return
+    if spec.sampling.temperature > 0:
+        yield _error("sampling.temperature", f"temperature {spec.sampling.temperature:g}: alignment compares greedy "
+                     "continuations; use 0", "vLLM's check_logprobs_close compares greedy runs (issue 15)")
+    if spec.batch:
+        yield _error("batch", "mode: align captures each prompt alone (its prefill is then the first forward); "
+                     "drop `batch`", "vLLM flattens a batch's tokens into one tensor (issue 15)")
+    if spec.parallel.tp > 1:
+        yield _warning("parallel.tp", f"tp={spec.parallel.tp}: rank 0's hidden state is compared, the full one "
+                       "after the row-parallel all-reduce inside each layer", "docs/alignment.md")
+    if (spec.align.reference if spec.align else "hf") == "hf" and spec.platform != "cpu":
+        yield _warning("align.reference", "reference: hf runs transformers in float32 on the node's CPU: only for a "
+                       "model that fits in host memory; take a stored run (run:ID) for a full-size one",
+                       "issue 15: a BF16 or CPU reference per platform")
+
+
 RULES: tuple[Rule, ...] = (
     decode_is_exercised,
     kv_cache_is_fp8_for_v4,
@@ -120,6 +139,7 @@ RULES: tuple[Rule, ...] = (
     switches_are_known,
     env_does_not_shadow_switches,
     batch_is_positive_sweep,
+    align_is_comparable,
 )
 
 
