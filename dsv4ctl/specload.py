@@ -315,7 +315,7 @@ def _structural_findings(exc: ValidationError, doc: Document) -> list[Finding]:
 
 
 PATH_FIELDS: tuple[FieldPath, ...] = (("model", "path"), ("model", "tokenizer"), ("environment", "venv"),
-                                     ("environment", "python"), ("environment", "runtime_dir"))
+                                     ("environment", "python"), ("environment", "runtime_dir"), ("load", "path"))
 LIST_PATH_FIELDS: tuple[FieldPath, ...] = (("environment", "pythonpath"), ("environment", "ld_library_path"))
 
 
