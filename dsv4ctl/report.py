@@ -37,6 +37,7 @@ class ReportData:
     provenance: list[dict[str, Any]] = field(default_factory=list)  # [{side, name, facts: [(label, values)], values}]
     run_objects: list[dict[str, Any]] = field(default_factory=list)  # each run as `runs --json` shows it
     histories: list[Any] = field(default_factory=list)  # history.History per experiment, up to this campaign
+    alignments: list[dict[str, Any]] = field(default_factory=list)  # align runs (report_align.py)
 
     def to_json(self) -> dict[str, Any]:
         """What the page shows, as nested data (`report --json`): the campaign, its runs (the one run object of
@@ -53,7 +54,7 @@ class ReportData:
                     "comparison": self.ab.to_json() if self.ab else None, "error": self.ab_error,
                     "provenance": [{"side": p["side"], "experiments": p["name"], **p["values"]}
                                    for p in self.provenance]},
-                "histories": [h.to_json() for h in self.histories]}
+                "histories": [h.to_json() for h in self.histories], "alignments": self.alignments}
 
 
 def report_data(store: Store, campaign: str, metric: str = "gen_s") -> ReportData:
@@ -88,6 +89,9 @@ def report_data(store: Store, campaign: str, metric: str = "gen_s") -> ReportDat
     from .history import campaign_histories
 
     data.histories = campaign_histories(store, campaign, metric)
+    from .report_align import campaign_alignments
+
+    data.alignments = campaign_alignments(store, rows)
     return data
 
 
@@ -225,11 +229,12 @@ def svg_strip(groups: list[tuple[str, list[float]]], metric: str, width: int = 6
 def render_html(data: ReportData) -> str:
     from .history import sparkline
     from .render import _environment
+    from .report_align import svg_cosines
 
     return _environment().get_template("report.html.j2").render(
         data=data, rates_svg=svg_rates(data.sweep), strip_svg=svg_strip(data.distributions, data.metric),
         passed=sum(1 for r in data.runs if r["passed"]), ab_rows=metric_rows(data.ab) if data.ab else [],
-        values=values, sparkline=sparkline)
+        values=values, sparkline=sparkline, align_plot=svg_cosines)
 
 
 def md(value: Any) -> str:
@@ -260,6 +265,9 @@ def render_markdown(data: ReportData) -> str:
     if data.ab or data.ab_error:
         lines += ["", "## A/B comparison", ""] + markdown_comparison(data)
     lines += markdown_histories(data)
+    from .report_align import markdown_alignments
+
+    lines += markdown_alignments(data)
     return "\n".join(lines) + "\n"
 
 

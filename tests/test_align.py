@@ -314,3 +314,15 @@ def test_align_rules():
             ("warning", "align.reference")} <= found
     assert not [f for f in check_spec(ExperimentSpec(**BASE, mode="align", platform="cpu"))
                 if f.path in ("batch", "align.reference", "sampling.temperature")]
+
+
+def test_the_cosine_plot_marks_the_layer_out_of_tolerance():
+    from dsv4ctl.report_align import svg_cosines
+
+    engine, reference = captures()
+    result = compare_captures(perturb_from(engine, 1), reference, ALIGN)
+    svg = svg_cosines({"rungs": result["rungs"], "cosine_tolerance": 0.999})
+    assert svg.count("<circle") == 3 and svg.count('fill="#c00"><title>') == 2  # layer 1 and the final norm
+    assert "<title>layer 0: cosine 1.0000000" in svg or "<title>layer 0: cosine 0.99999999" in svg
+    assert "tolerance 0.999" in svg
+    assert svg_cosines({"rungs": [], "cosine_tolerance": 0.999}) == ""

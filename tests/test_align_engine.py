@@ -103,3 +103,16 @@ def test_a_stored_run_is_the_reference_of_another(align_campaign):
     with pytest.raises(AlignReferenceUnavailable, match="no run 'J999'"):
         reference_dir(store, "run:J999")
     assert json.loads(store.spec_json(store.find_run(str(run_id)).experiment_id))["align"]["reference"].startswith("run:")
+
+
+def test_the_report_shows_each_align_run_with_its_plot(align_campaign):
+    from dsv4ctl.report import render_html, render_markdown, report_data
+
+    data = report_data(align_campaign["store"], "align")
+    verdicts = {a["experiment"]: a["verdict"] for a in data.alignments}
+    assert verdicts["cpu-align"] == "aligned" and verdicts["align-deepseek"] == "aligned"
+    assert verdicts["align-perturb-0"].startswith("diverged at layer 0: cosine")
+    page = render_html(data)
+    assert page.count('aria-label="1 - cosine by layer"') == 3
+    assert "diverged at layer 0" in render_markdown(data)
+    assert data.to_json()["alignments"][0]["rungs"]
