@@ -51,6 +51,9 @@ class LogFacts:
     py_exit: int | None = None
     py_exit_line: int | None = None
     job_fields: dict[str, str] = field(default_factory=dict)  # DSV4_JOB's key=value pairs (job, array_task...)
+    serve: dict[str, Any] = field(default_factory=dict)  # mode serve: the DSV4_SERVE line (load, port, file names)
+    request_errors: list[Event] = field(default_factory=list)  # mode serve: DSV4_REQUEST_ERROR lines (capped)
+    request_error_count: int = 0
     setup_errors: list[Event] = field(default_factory=list)
     diag_counts: dict[str, int] = field(default_factory=dict)
     diag_last: dict[str, str] = field(default_factory=dict)  # "proc:key" -> last value

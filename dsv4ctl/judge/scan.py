@@ -356,6 +356,16 @@ class LogParser:
         elif key == "DSV4_JOB":
             if not facts.job_fields:  # the job script prints it once, among its first lines
                 facts.job_fields = dict(re.findall(r"(\w{1,32})=(\S{0,64})", value)[:16])
+        elif key == "DSV4_SERVE":
+            obj = json_object(value)
+            if obj is None:
+                self._unreadable(line_no, "serve", content)
+            elif not facts.serve:
+                facts.serve = {str(k)[:100]: v for k, v in list(obj.items())[:64]}
+        elif key == "DSV4_REQUEST_ERROR":
+            facts.request_error_count += 1
+            self._add(facts.request_errors, Event(line_no, "request_error", value[:1000], proc), "request_errors",
+                      cap=MAX_EVENTS)
         return True
 
     def _expect(self, line_no: int, value: str, content: str) -> None:
