@@ -95,7 +95,8 @@ def describe(result: dict[str, Any]) -> str:
         detail = (f"cosine {_num(first.get('cosine'))} < {tol.get('cosine')} (prompt {worst[0]}, kept position "
                   f"{worst[1]}); max abs {_num(first.get('max_abs'))}, relative L2 {_num(first.get('rel_l2'))}")
     elif kind == "cache":
-        detail = f"reader {first.get('reader')} does not read back what was written (max abs {_num(first.get('max_abs'))})"
+        detail = (f"reader {first.get('reader')} does not read back what was written "
+                  f"(max abs {_num(first.get('max_abs'))})")
     elif kind == "attention":
         detail = (f"one-token attention through reader {first.get('reader')}: cosine {_num(first.get('cosine'))} "
                   f"< {tol.get('attention_cosine')} vs bf16")

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .judge.tokens import close_by_logprobs, first_divergence
-
 MAX_HEADER_BYTES = 64 * 1024 * 1024
 MAX_CAPTURE_BYTES = 8 * 1024**3  # 61 layers x 8 prompts x 32 positions x 7168 x 4 bytes is 0.45 GB
 MAX_META_BYTES = 256 * 1024 * 1024

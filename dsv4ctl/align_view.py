@@ -27,7 +27,8 @@ def rung_detail(rung: dict[str, Any]) -> str:
                  if divergences else "")
         return f"{rung.get('positions')} positions, min overlap {rung.get('min_overlap')}{first}"
     if kind == "perplexity":
-        return f"engine {_num(rung.get('engine'))}, reference {_num(rung.get('reference'))}, ratio {_num(rung.get('ratio'))}"
+        return (f"engine {_num(rung.get('engine'))}, reference {_num(rung.get('reference'))}, "
+                f"ratio {_num(rung.get('ratio'))}")
     worst = rung.get("worst")
     return f"worst: prompt {worst[0]}, kept position {worst[1]}" if worst else ""
 

@@ -42,7 +42,8 @@ def variant(directory, name: str, body: str):
 @pytest.fixture(scope="module")
 def align_campaign(engine, tmp_path_factory):  # noqa: F811
     d = tmp_path_factory.mktemp("align")
-    specs = {"aligned": ALIGN_SPEC, "perturbed": variant(d, "align-perturb-0", FAULT.format(fault="perturb-layer:0:0.2")),
+    perturbed = variant(d, "align-perturb-0", FAULT.format(fault="perturb-layer:0:0.2"))
+    specs = {"aligned": ALIGN_SPEC, "perturbed": perturbed,
              "deepseek": variant(d, "align-deepseek", DEEPSEEK.format(root=ROOT))}
     store = open_store(d / "r.db")
     outcome = submit(store, list(specs.values()), "local", runs_root=d / "runs", campaign="align")
@@ -102,7 +103,8 @@ def test_a_stored_run_is_the_reference_of_another(align_campaign):
 
     with pytest.raises(AlignReferenceUnavailable, match="no run 'J999'"):
         reference_dir(store, "run:J999")
-    assert json.loads(store.spec_json(store.find_run(str(run_id)).experiment_id))["align"]["reference"].startswith("run:")
+    snapshot = json.loads(store.spec_json(store.find_run(str(run_id)).experiment_id))
+    assert snapshot["align"]["reference"] == f"run:{label}"
 
 
 def test_the_report_shows_each_align_run_with_its_plot(align_campaign):
