@@ -315,7 +315,8 @@ def _structural_findings(exc: ValidationError, doc: Document) -> list[Finding]:
 
 
 PATH_FIELDS: tuple[FieldPath, ...] = (("model", "path"), ("model", "tokenizer"), ("environment", "venv"),
-                                     ("environment", "python"), ("environment", "runtime_dir"), ("load", "path"))
+                                     ("environment", "python"), ("environment", "runtime_dir"), ("load", "path"),
+                                     ("align", "perplexity_file"))
 LIST_PATH_FIELDS: tuple[FieldPath, ...] = (("environment", "pythonpath"), ("environment", "ld_library_path"))
 
 

@@ -326,3 +326,14 @@ def test_the_cosine_plot_marks_the_layer_out_of_tolerance():
     assert "<title>layer 0: cosine 1.0000000" in svg or "<title>layer 0: cosine 0.99999999" in svg
     assert "tolerance 0.999" in svg
     assert svg_cosines({"rungs": [], "cosine_tolerance": 0.999}) == ""
+
+
+def test_a_relative_perplexity_file_is_relative_to_the_spec_file(tmp_path):
+    from dsv4ctl.specload import load_spec
+
+    (tmp_path / "texts").mkdir()
+    spec_file = tmp_path / "align.yaml"
+    spec_file.write_text("name: a\nmode: align\nplatform: cpu\nmodel: {path: /m}\nrequests: [{prompt: hi}]\n"
+                         "align: {perplexity_file: ./texts/ppl.txt}\n", encoding="utf-8")
+    (loaded,) = load_spec(spec_file)
+    assert loaded.spec.align.perplexity_file == str(tmp_path / "texts" / "ppl.txt")
