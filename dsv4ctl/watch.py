@@ -52,7 +52,12 @@ def judge_run(store: Store, row: RunRow, status: JobStatus | None) -> Verdict:
     from .judge.scan import LogFacts
 
     facts = parse_file(str(log)) if log and log.exists() else LogFacts()
-    verdict = judge(facts, summary_of(status) if status else None, options_for_spec(snapshot))
+    if snapshot.get("mode") == "serve":  # the serve files beside raw.log are judged too (issue 14)
+        from .judge.serve_files import judge_serve_run
+
+        verdict = judge_serve_run(facts, summary_of(status) if status else None, snapshot, Path(row.run_dir))
+    else:
+        verdict = judge(facts, summary_of(status) if status else None, options_for_spec(snapshot))
     store.save_verdict(row.id, verdict.to_json(), read_versions(log))
     return verdict
 

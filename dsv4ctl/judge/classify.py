@@ -60,7 +60,8 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("collective", "collective_error", re.compile(r"ncclInternalError|ncclSystemError|ncclUnhandledCudaError"
                                                   r"|NCCL error in:")),
     ("worker_death", "worker_died", re.compile(r"died unexpectedly|\bpid \d+ died, exit code: -?\d+"
-                                               r"|killed due to memory pressure|Worker process .* died")),
+                                               r"|killed due to memory pressure|Worker process .* died"
+                                               r"|Engine process \(pid \d+\) died")),  # V0 serve's MQLLMEngine
     ("worker_death", "fatal_check", re.compile(r"\bCheck failed: ")),  # a C++ process's fatal CHECK (glog, Ray)
     ("setup", "setup_error", re.compile(r"Lmod has detected the following error|: command not found$")),
 )

@@ -84,4 +84,8 @@ def judge_files(log: Path, sacct: Path | None = None, *, job_id: str | None = No
     except OSError as exc:
         raise LogError(f"cannot read log {log}: {exc}") from None
     scheduler = _summary(log, facts.job_fields, sacct, job_id) if sacct is not None else None
+    if facts.serve:  # a serve run's log: its serve files lie beside it (issue 14)
+        from .serve_files import judge_serve_run
+
+        return judge_serve_run(facts, scheduler, None, Path(log).parent)
     return judge(facts, scheduler, options)

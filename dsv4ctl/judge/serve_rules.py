@@ -24,12 +24,14 @@ Non-greedy sampling (temperature > 0) gets the structural checks only: no golden
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .serving import is_completed, measured
 from .tokens import RequestBlock, VerdictOptions, judge_request
 
+_ID_LISTS = (list, tuple, array)  # the CLI packs ids read from disk into arrays
 MAX_REASONS = 32  # bad requests named; the rest are counted
 MIN_LEAK_SAMPLES = 8
 MIN_LEAK_GROWTH_MIB = 16.0  # RSS is paged and allocators grow in steps: a fitted rise below this is not a leak
@@ -105,7 +107,7 @@ def memory_trend(samples: list[dict[str, Any]], ready_s: float | None = None,
 def eos_problems(record: dict[str, Any], ignore_eos: bool, eos_ids: frozenset[int]) -> list[str]:
     """How a request's end breaks the EOS rules (see the module docstring)."""
     finish, stop = record.get("finish_reason"), record.get("stop_reason")
-    ids = record.get("token_ids") if isinstance(record.get("token_ids"), list) else None
+    ids = record.get("token_ids") if isinstance(record.get("token_ids"), _ID_LISTS) else None
     if ignore_eos:
         return [f"finish_reason 'stop' (stop_reason {stop!r}) although ignore_eos is on"] if finish == "stop" else []
     problems = []
@@ -124,7 +126,7 @@ def eos_problems(record: dict[str, Any], ignore_eos: bool, eos_ids: frozenset[in
 
 def count_problems(record: dict[str, Any]) -> list[str]:
     ids, n = record.get("token_ids"), record.get("output_tokens")
-    if isinstance(ids, list) and isinstance(n, int) and n != len(ids):
+    if isinstance(ids, _ID_LISTS) and isinstance(n, int) and n != len(ids):
         return [f"output_tokens {n} but {len(ids)} token ids came back"]
     return []
 
@@ -230,7 +232,8 @@ def request_blocks(records: list[dict[str, Any]]) -> list[RequestBlock]:
             continue
         ids = r.get("token_ids")
         ids = [t for t in ids if isinstance(t, int) and not isinstance(t, bool)] if isinstance(ids, list) else []
-        index = r.get("index") if isinstance(r.get("index"), int) else len(blocks)
+        index = r.get("index")
+        index = index if isinstance(index, int) and not isinstance(index, bool) and index >= 0 else len(blocks)
         text = r.get("text") if isinstance(r.get("text"), str) else None
         block = RequestBlock(line=0, index=index, token_ids=ids, n_ids=len(ids),
                              finish_reason=r.get("finish_reason") if isinstance(r.get("finish_reason"), str) else None,
