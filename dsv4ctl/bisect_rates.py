@@ -3,8 +3,11 @@ and the bad side, and how many more runs to ask for while it is undecided. Pure 
 
 Two rates are *separated* when each one's Wilson interval leaves out the other's observed rate: the interval is
 the inversion of the score test, so each side rejects "same rate as the other" at the 5% level. A point is FAIL once
-it fails more often than GOOD and is separated from it, PASS once it fails less often than BAD and is separated from
-it; a point still neither at its cap of runs is UNRESOLVED (ddmin's third outcome), reported as ambiguous.
+its interval leaves out GOOD's rate from above (against a GOOD that never failed: one failure). It is PASS only once its whole interval lies below BAD's
+(the intervals are disjoint): a point that holds a flaky culprit and got lucky must not pass, or ddmin drops the
+culprit for good (with BAD at 4/10, a clean point needs 19 runs, not the 6 that the score test alone would take).
+A point still neither at its cap of runs is UNRESOLVED (ddmin's third outcome), reported as ambiguous. A FAIL
+trusts GOOD's measured rate: with a GOOD that fails now and then, raise --base-runs.
 
 A run that could not be tested (never submitted, cancelled, the node failed, no log) counts for nothing: it is
 neither a pass nor a failure (git bisect's 125).
@@ -64,32 +67,31 @@ def separated(a: Rate, b: Rate) -> bool:
 
 
 def judge_point(point: Rate, good: Rate, bad: Rate) -> str | None:
-    """FAIL (fails more than GOOD, separated), PASS (less than BAD, separated), or None while undecided. A point
-    between the two and separated from both fails: it brings failures GOOD does not have."""
-    if point.runs and point.rate > good.rate and separated(point, good):
+    """FAIL (its interval above GOOD's rate), PASS (its interval wholly below BAD's), or None while undecided. A
+    point between the two fails: it brings failures GOOD does not have."""
+    if point.runs and point.rate > good.rate and excludes(point, good.rate):
         return FAIL
-    if point.runs and point.rate < bad.rate and separated(point, bad):
+    if point.runs and bad.runs and point.interval[1] < bad.interval[0]:
         return PASS
     return None
 
 
 def judge_value(point: Rate, failing_end: Rate, threshold: float) -> str | None:
     """A numeric value: FAIL once its interval lies above `threshold`; PASS once its rate is at most `threshold`
-    and it is separated below the failing end (or its whole interval lies below `threshold`)."""
+    and its interval lies wholly below the failing end's (or below `threshold`)."""
     lo, hi = point.interval
     if point.runs and lo > threshold:
         return FAIL
-    if point.runs and (hi < threshold or (point.rate <= threshold and point.rate < failing_end.rate
-                                          and separated(point, failing_end))):
+    if point.runs and (hi < threshold or (point.rate <= threshold and hi < failing_end.interval[0])):
         return PASS
     return None
 
 
 def runs_to_tell(bad: Rate, cap: int) -> int:
-    """The fewest runs after which a point that never fails is separated from BAD: the first batch a point gets
-    (1 against a bad side that always fails, 9 against one that fails 30% of the time), at most `cap`."""
+    """The fewest runs after which a point that never fails passes against BAD (3 against 5/5, 19 against 4/10),
+    at most `cap`."""
     for n in range(1, cap + 1):
-        if separated(Rate(0, n), bad):
+        if Rate(0, n).interval[1] < bad.interval[0]:
             return n
     return cap
 
@@ -98,16 +100,15 @@ def more_runs(point: Rate, decided: bool, first_batch: int, cap: int) -> int:
     """How many runs to add to a point this round: none once decided or at its cap, else a batch."""
     if decided or point.runs >= cap:
         return 0
-    return min(first_batch if point.runs == 0 else max(1, first_batch // 2 or 1), cap - point.runs)
+    # Half first: a point holding the culprit usually fails within it; a clean one then gets the rest.
+    half = (first_batch + 1) // 2
+    wanted = half if point.runs < half else max(first_batch - point.runs, half)
+    return min(wanted, cap - point.runs)
 
 
 def ends_differ(good: Rate, bad: Rate) -> bool:
     """BAD fails more often than GOOD, separated: there is something to bisect."""
     return bad.rate > good.rate and separated(good, bad)
-
-
-def final_outcome(decision: str | None) -> str:
-    return decision or UNRESOLVED
 
 
 __all__ = ["FAIL", "PASS", "UNRESOLVED", "Rate", "run_outcome", "judge_point", "judge_value", "runs_to_tell",

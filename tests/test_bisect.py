@@ -97,14 +97,16 @@ def test_split_covers_in_order():
 def test_a_single_failure_is_told_from_a_good_side_that_never_fails():
     good, bad = Rate(0, 5), Rate(5, 5)
     assert judge_point(Rate(1, 1), good, bad) == FAIL
-    assert judge_point(Rate(0, 1), good, bad) == PASS  # 0/1 lies outside BAD's 5/5 and vice versa
+    assert judge_point(Rate(0, 2), good, bad) is None  # 0/2 reaches 66%, BAD's interval starts at 57%
+    assert judge_point(Rate(0, 3), good, bad) == PASS and runs_to_tell(bad, 20) == 3
 
 
-def test_a_flaky_bad_side_needs_more_clean_runs_before_a_pass():
-    good, bad = Rate(0, 10), Rate(3, 10)
-    assert runs_to_tell(bad, 20) == 9  # Wilson upper bound of 0/n below 30% from n = 9
-    assert judge_point(Rate(0, 8), good, bad) is None
-    assert judge_point(Rate(0, 9), good, bad) == PASS
+def test_a_flaky_bad_side_needs_many_clean_runs_before_a_pass():
+    """A point holding a 30% culprit passes 6 runs by luck 12% of the time: a pass needs disjoint intervals."""
+    good, bad = Rate(0, 10), Rate(4, 10)
+    assert runs_to_tell(bad, 30) == 19
+    assert judge_point(Rate(0, 6), good, bad) is None and judge_point(Rate(0, 18), good, bad) is None
+    assert judge_point(Rate(0, 19), good, bad) == PASS
     assert judge_point(Rate(1, 3), good, bad) == FAIL
 
 
@@ -113,8 +115,9 @@ def test_an_ambiguous_point_stays_undecided():
     assert judge_point(Rate(2, 8), good, bad) is None
 
 
-def test_more_runs_stops_at_the_cap_and_once_decided():
-    assert more_runs(Rate(0, 0), False, 9, 20) == 9
+def test_more_runs_gives_half_first_then_the_rest_and_stops_at_the_cap():
+    assert more_runs(Rate(0, 0), False, 9, 20) == 5
+    assert more_runs(Rate(0, 5), False, 9, 20) == 5 and more_runs(Rate(0, 9), False, 9, 20) == 5
     assert more_runs(Rate(0, 18), False, 9, 20) == 2
     assert more_runs(Rate(0, 20), False, 9, 20) == 0 and more_runs(Rate(1, 2), True, 9, 20) == 0
 
@@ -127,7 +130,8 @@ def test_ends_must_differ():
 def test_a_value_is_judged_against_the_threshold():
     top = Rate(7, 10)
     assert judge_value(Rate(2, 2), top, 0.1) == FAIL
-    assert judge_value(Rate(0, 2), top, 0.1) == PASS
+    assert judge_value(Rate(0, 2), top, 0.1) is None  # 0/2 reaches 66%: not below 7/10's 40%
+    assert judge_value(Rate(0, 6), top, 0.1) == PASS
     assert judge_value(Rate(1, 5), top, 0.1) is None  # 20% is above the threshold but not surely
 
 
@@ -140,7 +144,7 @@ def test_rate_decisions_never_contradict_the_sides(pf, pn, gf, gn, bf, bn):
     if decision == FAIL:
         assert point.rate > good.rate
     if decision == PASS:
-        assert point.rate < bad.rate
+        assert point.rate < bad.rate and point.interval[1] < bad.interval[0]
     if point.runs == 0:
         assert decision is None
 

@@ -1,0 +1,151 @@
+"""`dsv4ctl bisect` on the live single-node Slurm cluster, with replay payloads that fail for chosen switch
+combinations at chosen rates (REPLAY_FAIL_WHEN in tests/fixtures/runtime/dsv4_probe.py, seeded per spec name and
+repeat: the same draws every time). Each scenario must name the right answer within a stated job budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from .conftest import FIXTURES, ROOT
+from .test_slurm import cluster  # noqa: F401 - the live-cluster fixture
+
+pytestmark = pytest.mark.slurm
+
+# Eight differences between GOOD and BAD: six switches, a sampling value and an environment value.
+BAD_SWITCHES = ("DSV4_FP8_WEIGHT_CACHE", "DSV4_FP8_TRITON_GEMM", "DSV4_ROCM_SHARED_EXPERTS_STREAM",
+                "DSV4_GREEDY_LOCAL_ARGMAX", "DSV4_MOE_Q1_PREPARE", "VLLM_ROCM_USE_SKINNY_GEMM")
+
+
+def pair(directory: Path, fail_when: str, seed: int = 0) -> tuple[Path, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    good = directory / "good.yaml"
+    good.write_text(textwrap.dedent(f"""\
+        name: bis-good
+        platform: cpu
+        model: {{path: /models/none}}
+        requests:
+          - messages: [{{role: user, content: hi}}]
+        sampling: {{max_tokens: 16}}
+        slurm: {{time: "2"}}
+        environment:
+          python: {sys.executable}
+          runtime_dir: {FIXTURES / "runtime"}
+          env: {{REPLAY_FAIL_WHEN: "{fail_when}", REPLAY_SEED: "{seed}"}}
+        """), encoding="utf-8")
+    bad = directory / "bad.yaml"
+    switches = ", ".join(f"{name}: 1" for name in BAD_SWITCHES)
+    bad.write_text(textwrap.dedent(f"""\
+        extends: good.yaml
+        name: bis-bad
+        switches: {{{switches}}}
+        sampling: {{max_tokens: 20}}
+        environment:
+          env: {{EXTRA_KNOB: "7"}}
+        """), encoding="utf-8")
+    return good, bad
+
+
+def bisect(directory: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "bisect", *args, "--backend", "slurm",
+                           "--db", str(directory / "r.db"), "--runs-dir", str(directory / "runs"), "--json"],
+                          capture_output=True, text=True, timeout=400, cwd=ROOT, stdin=subprocess.DEVNULL,
+                          env={**os.environ, **(env or {})})
+
+
+def result_of(done: subprocess.CompletedProcess) -> dict:
+    assert done.stdout, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def culprit_names(result: dict) -> list[str]:
+    return [c["name"] for c in result["culprit"]]
+
+
+def test_one_culprit_among_8_differences(cluster, tmp_path):  # noqa: F811
+    good, bad = pair(tmp_path, "DSV4_MOE_Q1_PREPARE:1.0")
+    done = bisect(tmp_path, str(good), str(bad), "--base-runs", "5", "--yes")
+    result = result_of(done)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert culprit_names(result) == ["switches.DSV4_MOE_Q1_PREPARE"] and result["sure"] and result["minimal"]
+    assert result["jobs"] <= 12  # 2 + 2 for the ends, then 2 probes a level for 3 levels
+    assert "plan: bisect 8 change(s); worst case" in done.stderr
+
+
+def test_a_pair_that_only_fails_together(cluster, tmp_path):  # noqa: F811
+    good, bad = pair(tmp_path, "DSV4_FP8_TRITON_GEMM&EXTRA_KNOB:1.0")
+    result = result_of(bisect(tmp_path, str(good), str(bad), "--base-runs", "5", "--yes"))
+    assert sorted(culprit_names(result)) == ["environment.env.EXTRA_KNOB", "switches.DSV4_FP8_TRITON_GEMM"]
+    assert result["sure"] and all(r["probe"]["outcome"] == "pass" for r in result["removals"])
+    assert result["jobs"] <= 30
+
+
+def test_a_culprit_that_fails_30_percent_of_the_time(cluster, tmp_path):  # noqa: F811
+    # Seed 1: BAD's first ten draws fail 4 times (a typical 30%; seed 0 draws 2, and BAD is rightly not told
+    # apart from GOOD in 20 runs: that is the NothingToBisect error, not a wrong answer).
+    good, bad = pair(tmp_path, "DSV4_GREEDY_LOCAL_ARGMAX:0.3", seed=1)
+    done = bisect(tmp_path, str(good), str(bad), "--base-runs", "10", "--max-jobs", "200", "--yes")
+    result = result_of(done)
+    assert culprit_names(result) == ["switches.DSV4_GREEDY_LOCAL_ARGMAX"], done.stderr[-2000:]
+    assert 0 < result["bad"]["rate"] < 0.7 and result["good"]["failures"] == 0
+    assert result["evidence"]["outcome"] == "fail" and result["jobs"] <= 200
+    assert "Wilson 95%" in result["how_sure"]
+
+
+def test_a_boundary_at_batch_8_failing_70_percent(cluster, tmp_path):  # noqa: F811
+    good, _ = pair(tmp_path, "batch>=8:0.7")
+    done = bisect(tmp_path, str(good), "--field", "batch", "--range", "1..64", "--yes")
+    result = result_of(done)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (result["boundary"], result["below"]) == (8, 7) and result["sure"]
+    at, below = result["at_boundary"], result["below_boundary"]
+    assert at["interval"][0] > 0.1 and below["failures"] == 0 and below["interval"][1] < 0.7
+    assert result["jobs"] <= 80
+
+
+def test_killed_mid_way_then_the_same_command_resumes_it(cluster, tmp_path):  # noqa: F811
+    good, bad = pair(tmp_path, "DSV4_ROCM_SHARED_EXPERTS_STREAM:1.0")
+    killed = bisect(tmp_path, str(good), str(bad), "--base-runs", "5", "--yes",
+                    env={"DSV4CTL_FAULT": "crash-after-submit:2"})
+    assert killed.returncode == 70
+    done = bisect(tmp_path, str(good), str(bad), "--base-runs", "5", "--yes")
+    result = result_of(done)
+    assert culprit_names(result) == ["switches.DSV4_ROCM_SHARED_EXPERTS_STREAM"] and result["bisection"] == 1
+    assert result["jobs"] <= 12  # nothing submitted twice
+    page = tmp_path / "bisect.html"
+    report = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "bisect-report", "1", "--db", str(tmp_path / "r.db"),
+                             "-o", str(page)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert report.returncode == 0, report.stderr
+    dom = rendered(page)
+    assert "Bisection 1" in dom and "switches.DSV4_ROCM_SHARED_EXPERTS_STREAM" in dom and "How sure" in dom
+
+
+def test_the_budget_stops_a_bisection_and_says_so(cluster, tmp_path):  # noqa: F811
+    good, bad = pair(tmp_path, "DSV4_MOE_Q1_PREPARE:1.0")
+    done = bisect(tmp_path, str(good), str(bad), "--base-runs", "5", "--max-jobs", "14", "--yes")
+    result = result_of(done)
+    assert done.returncode == 1 and result["stopped"] and not result["sure"] and result["jobs"] <= 14
+    assert "switches.DSV4_MOE_Q1_PREPARE" in culprit_names(result)  # what it has still fails
+
+
+def test_without_a_terminal_the_plan_needs_yes(cluster, tmp_path):  # noqa: F811
+    good, bad = pair(tmp_path, "DSV4_MOE_Q1_PREPARE:1.0")
+    done = bisect(tmp_path, str(good), str(bad))
+    assert done.returncode == 2 and "--yes" in done.stderr and "Traceback" not in done.stderr
+
+
+def rendered(page: Path) -> str:
+    """The page as a real headless Chromium builds it."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.fail("chromium is missing: ./scripts/setup installs it (apt-get install chromium)")
+    return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                           f"--user-data-dir={page.parent / 'chrome-profile'}", "--dump-dom", f"file://{page}"],
+                          capture_output=True, text=True, timeout=120).stdout
