@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 from . import switches as registry
 from .findings import Finding
+from .rules_serve import SERVE_RULES
 from .spec import ExperimentSpec
 
 Rule = Callable[[ExperimentSpec], Iterator[Finding]]
@@ -140,6 +141,7 @@ RULES: tuple[Rule, ...] = (
     env_does_not_shadow_switches,
     batch_is_positive_sweep,
     align_is_comparable,
+    *SERVE_RULES,  # mode: serve (issue 14)
 )
 
 

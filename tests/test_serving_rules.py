@@ -1,0 +1,107 @@
+"""Domain rules for `mode: serve` specs: each one with the spec that trips it and one that does not."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from dsv4ctl.specload import load_spec
+
+from .conftest import BASE_SPEC, EXPERIMENTS
+
+CPU_SERVE = """\
+name: s
+platform: cpu
+mode: serve
+model:
+  path: /models/m
+requests:
+  - messages: [{role: user, content: hi}]
+sampling:
+  max_tokens: 32
+load:
+"""
+
+
+def findings(write_spec, load_lines: str, extra: str = "") -> list[tuple[str, str, str]]:
+    text = CPU_SERVE + "".join(f"  {line}\n" for line in load_lines.strip().splitlines()) + extra
+    (point,) = load_spec(write_spec(text))
+    return [(f.severity, f.path, f.message) for f in point.findings]
+
+
+def paths(found, severity=None):
+    return {p for s, p, _ in found if severity is None or s == severity}
+
+
+def test_example_serve_spec_is_clean():
+    (point,) = load_spec(EXPERIMENTS / "cpu-serve.yaml")
+    assert point.errors == [] and [f for f in point.findings if f.path.startswith("load")] == []
+
+
+def test_rate_without_a_cap_on_one_card_warns(write_spec):
+    found = findings(write_spec, "request_rate: 4")
+    assert ("warning", "load.max_concurrency") in {(s, p) for s, p, _ in found}
+    assert any("4 req/s with no concurrency cap on a 1-card run" in m for _, _, m in found)
+    assert "load.max_concurrency" not in paths(findings(write_spec, "request_rate: 4\nmax_concurrency: 4"))
+    multi = findings(write_spec, "request_rate: 4", 'slurm:\n  gres: "dcu:8"\n')
+    assert "load.max_concurrency" not in paths(multi)
+
+
+def test_missing_or_malformed_jsonl_dataset_is_an_error(write_spec, tmp_path):
+    found = findings(write_spec, f"dataset: jsonl\npath: {tmp_path / 'none.jsonl'}\nmax_concurrency: 1")
+    assert ("error", "load.path") in {(s, p) for s, p, _ in found}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "a"}\n{"text": "b"}\n', encoding="utf-8")
+    found = findings(write_spec, f"dataset: jsonl\npath: {bad}\nmax_concurrency: 1")
+    assert any(p == "load.path" and "line 2" in m for _, p, m in found)
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"prompt": "a", "max_tokens": 8}\n\n{"messages": [{"role": "user", "content": "b"}]}\n')
+    assert "load.path" not in paths(findings(write_spec, f"dataset: jsonl\npath: {good}\nmax_concurrency: 1"))
+
+
+def test_requests_dataset_shorter_than_the_requests_warns(write_spec):
+    two = CPU_SERVE.replace("requests:\n", "requests:\n  - messages: [{role: user, content: two}]\n")
+    (point,) = load_spec(write_spec(two + "  dataset: requests\n  num_prompts: 1\n  max_concurrency: 1\n"))
+    assert any(f.path == "load.num_prompts" and "never sent" in f.message for f in point.findings)
+    (point,) = load_spec(write_spec(two + "  dataset: requests\n  num_prompts: 2\n  max_concurrency: 1\n"))
+    assert not [f for f in point.findings if f.path == "load.num_prompts"]
+
+
+def test_tpot_slo_with_one_token_outputs_warns(write_spec):
+    found = findings(write_spec, "random_output_len: 1\nmax_concurrency: 1\nslo: {tpot_ms: 50}")
+    assert "load.slo.tpot_ms" in paths(found, "warning")
+    assert "load.slo.tpot_ms" not in paths(findings(write_spec, "random_output_len: 8\nmax_concurrency: 1\n"
+                                                                "slo: {tpot_ms: 50}"))
+
+
+def test_soak_with_num_prompts_and_without_a_memory_limit_warns(write_spec):
+    found = findings(write_spec, "duration_s: 600\nnum_prompts: 10\nmax_concurrency: 1")
+    assert {"load.num_prompts", "load.memory_limit_mib"} <= paths(found, "warning")
+    found = findings(write_spec, "duration_s: 600\nmax_concurrency: 1\nmemory_limit_mib: 256")
+    assert not {"load.num_prompts", "load.memory_limit_mib"} & paths(found)
+
+
+def test_golden_with_a_random_dataset_warns(write_spec):
+    found = findings(write_spec, "max_concurrency: 1", "expect:\n  golden_token_ids: [1, 2, 3]\n")
+    assert "expect.golden_token_ids" in paths(found, "warning")
+
+
+def test_offline_specs_get_no_serve_findings(write_spec):
+    (point,) = load_spec(write_spec(BASE_SPEC))
+    assert not [f for f in point.findings if f.path.startswith("load")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rate=st.one_of(st.just("inf"), st.floats(0.01, 1e4)), cap=st.one_of(st.none(), st.integers(1, 64)),
+       out=st.integers(1, 64), duration=st.one_of(st.none(), st.floats(1, 1e5)),
+       tpot=st.one_of(st.none(), st.floats(0.1, 1e4)), limit=st.one_of(st.none(), st.floats(1, 1e5)))
+def test_serve_rules_never_crash(tmp_path_factory, rate, cap, out, duration, tpot, limit):
+    load = {"request_rate": rate, "max_concurrency": cap, "random_output_len": out, "duration_s": duration,
+            "memory_limit_mib": limit, "slo": {"tpot_ms": tpot}}
+    import json
+
+    path = tmp_path_factory.mktemp("spec") / "s.yaml"
+    path.write_text(CPU_SERVE.replace("load:\n", "load: " + json.dumps(load) + "\n"), encoding="utf-8")
+    (point,) = load_spec(path)
+    assert point.spec is not None
+    assert all(f.severity in ("error", "warning") for f in point.findings)
+    assert ("load.max_concurrency" in {f.path for f in point.findings}) == (cap is None)
