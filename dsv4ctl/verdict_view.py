@@ -64,9 +64,14 @@ def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
     if v.first_blocker:
         b = v.first_blocker
         output.text("")
-        output.markup(f"[bold]First blocker[/] (line {b.line}, " + (f"{b.family}: " if b.family else "") + f"{b.kind}"
+        # A serve run's blocker may come from server.log (its line numbers are that file's) or the request records.
+        source = log.parent / "server.log" if b.evidence and str(b.evidence[0]).startswith("server.log") else log
+        output.markup(f"[bold]First blocker[/] ({'' if source == log else 'server.log '}line {b.line}, "
+                      + (f"{b.family}: " if b.family else "") + f"{b.kind}"
                       + (f", {output.escape(b.process)}" if b.process else "") + ")")
-        for number, text in _context(log, b.line, v.evidence.get("line_prefixes") or []):
+        context = _context(source, b.line, v.evidence.get("line_prefixes") or []) \
+            if b.line > 0 and source.is_file() else []
+        for number, text in context:
             mark = ">" if number == b.line else " "
             text = text if len(text) <= 160 else text[:157] + "..."
             output.text(f"  {mark} {number:>6} | {text}", style="bold" if number == b.line else "dim")
@@ -86,11 +91,19 @@ def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
     ev = v.evidence
     facts = [f"{k}={ev[k]}" for k in ("expert_dtype", "moe_backend", "kv_format", "kv_cache_tokens",
                                        "model_load_gib") if ev.get(k) is not None]
-    if v.metrics:
+    from .judge.serving import is_serve_summary
+
+    serve_run = is_serve_summary(v.metrics)
+    if v.metrics and not serve_run:
         facts += [f"{k}={val}" for k, val in v.metrics.items()]
     if facts:
         output.text("")
         output.text("evidence: " + ", ".join(facts))
+    if serve_run:
+        output.text("")
+        show_metrics({k: val for k, val in v.metrics.items() if isinstance(val, (int, float))})
+    for finding in ((ev.get("serve") or {}).get("judgement") or {}).get("findings") or []:
+        output.warn(finding)
     if v.nonfinite:
         output.text(f"non-finite: {len(v.nonfinite)} diagnostic(s), first at line {v.nonfinite[0]['line']}: "
                     f"{v.nonfinite[0]['text']}")
@@ -98,3 +111,18 @@ def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
         output.text(f"ignored noise ({len(v.noise)}): "
                     + "; ".join(f"line {n['line']} {n['kind']}" for n in v.noise[:6])
                     + (" …" if len(v.noise) > 6 else ""), style="dim")
+
+
+def show_metrics(metrics: dict[str, float]) -> None:
+    """A run's stored metrics; a serve run's as vllm bench serve prints them (latencies in a table)."""
+    from .judge.serving import COUNTS, is_serve_summary, latency_table, summary_names
+
+    rest = dict(metrics)
+    if is_serve_summary(metrics):
+        output.table("Serving latency (ms)", ["metric", "mean", "median", "p95", "p99"],
+                     [(name, *("-" if v is None else f"{v:.2f}" for v in values))
+                      for name, values in latency_table(metrics)])
+        output.text("serving: " + ", ".join(f"{k}={metrics[k]:g}" for k in COUNTS if k in metrics))
+        rest = {k: v for k, v in metrics.items() if k not in summary_names()}
+    if rest:
+        output.text("metrics: " + ", ".join(f"{k}={v:g}" for k, v in rest.items()))

@@ -248,7 +248,9 @@ def show(run: RunArg, db: DbOpt = None, json: JsonOpt = False) -> None:
         for reason in verdict.get("reasons", []):
             output.text(f"  • {reason}")
     if metrics:
-        output.text("metrics: " + ", ".join(f"{k}={v:g}" for k, v in metrics.items()))
+        from ..verdict_view import show_metrics
+
+        show_metrics(metrics)
     if perf:
         output.text(f"performance ({perf['source']}): " + ("within its reference" if perf["within"] else
                     "; ".join(f["message"] for f in perf["failures"])))

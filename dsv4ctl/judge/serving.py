@@ -218,3 +218,27 @@ def summarise(records: list[dict[str, Any]], duration_s: float, slo: dict[str, A
     for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
         summary.update(latency_stats(name, values, percentiles))
     return summary
+
+
+# ---- for people ------------------------------------------------------------------------------------------------
+
+TABLE_STATS = ("mean", "median", "p95", "p99")
+COUNTS = ("completed", "failed", "request_throughput", "output_throughput", "total_token_throughput",
+          "request_goodput", "max_concurrent_requests", "duration")
+
+
+def is_serve_summary(metrics: dict[str, Any]) -> bool:
+    return any(f"{stat}_ttft_ms" in metrics for stat in TABLE_STATS)
+
+
+def latency_table(metrics: dict[str, Any]) -> list[tuple[str, list[float | None]]]:
+    """One row per latency (TTFT, TPOT, ITL, E2EL), its mean/median/p95/p99 in ms: what `show` draws."""
+    return [(f"{name}_ms", [metrics.get(f"{stat}_{name}_ms") for stat in TABLE_STATS]) for name in LATENCIES]
+
+
+def summary_names(percentiles: Iterable[float] = PERCENTILES) -> set[str]:
+    """Every name summarise() writes: the rest of a run's metrics are the job's own (engine_ready_s...)."""
+    names = set(COUNTS) | {"total_input_tokens", "total_output_tokens", "max_output_tokens_per_s"}
+    for name in LATENCIES:
+        names |= {f"{stat}_{name}_ms" for stat in ("mean", "median", "std", *(f"p{p:g}" for p in percentiles))}
+    return names
