@@ -32,6 +32,8 @@ SEVERITY = ("blocked", "reject", "inconclusive", "promote")  # the first one any
 PROVENANCE_COLUMNS = ("dsv4ctl_version", "git_sha", "node", "vllm_version", "torch_version", "triton_version")
 CONFIDENCE = 0.95
 DIRECTIONS = ("lower", "higher")
+HIGHER_COUNTS = ("request_goodput", "completed")  # serve runs (issue 14): requests that met the SLOs, or came back
+LOWER_COUNTS = ("failed",)
 
 
 class CompareError(Dsv4Error):
@@ -54,8 +56,10 @@ def check_settings(alpha: float, factor: float, better: str | None) -> None:
 
 def direction(metric: str) -> str:
     """'lower' or 'higher' is better, from the metric's name."""
-    if metric.endswith("_per_s") or "throughput" in metric:
+    if metric.endswith("_per_s") or "throughput" in metric or metric in HIGHER_COUNTS:
         return "higher"
+    if metric in LOWER_COUNTS:
+        return "lower"
     if metric.endswith(("_s", "_ms", "_seconds")) or "latency" in metric:
         return "lower"
     raise UsageError(f"cannot tell whether more or less {metric!r} is better: pass --direction lower|higher")
@@ -205,6 +209,7 @@ class MetricComparison:
     reasons: list[str]
     runs_needed: int | None
     paired: dict[str, Any] | None
+    bootstrap_ci: tuple[float, float] | None = None  # candidate/baseline medians, percentile bootstrap (issue 14)
 
 
 @dataclass
@@ -391,7 +396,8 @@ def _compare_metric(base_side: Side, cand_side: Side, metric: str, way: str, s: 
     return MetricComparison(metric=metric, direction=way, baseline=base, candidate=cand, ratio=ratio,
                             ratio_ci=_ratio_ci(base.ci, cand.ci), p_value=p, significant=significant,
                             decision=decision, reasons=reasons, runs_needed=needed,
-                            paired=_paired(base_side, cand_side, metric))
+                            paired=_paired(base_side, cand_side, metric),
+                            bootstrap_ci=stats.bootstrap_ratio_ci(base.values, cand.values, CONFIDENCE))
 
 
 def _ratio_ci(base: tuple[float, float] | None, cand: tuple[float, float] | None) -> tuple[float, float] | None:

@@ -111,3 +111,28 @@ def runs_needed(a: list[float], b: list[float], effect: float, alpha: float, pow
     z = norm.ppf(1 - alpha / 2) + norm.ppf(power)
     n = 2 * (z * sigma / effect) ** 2 * math.pi / 3
     return max(floor, math.ceil(n))
+
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0  # the same runs give the same interval, run after run
+
+
+def bootstrap_ratio_ci(a: list[float], b: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """Percentile-bootstrap interval of median(b) / median(a), resampling each side's runs (a serve run's p95 is
+    one value per run: across repeats the interval says how far the ratio of percentiles can be trusted). None with
+    fewer than 2 runs on a side or a baseline median of 0."""
+    if len(a) < 2 or len(b) < 2 or median(a) == 0:
+        return None
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    def ratio(x, y, axis=-1):
+        below = np.median(x, axis=axis)
+        return np.median(y, axis=axis) / np.where(below == 0, np.nan, below)
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result = bootstrap((np.asarray(a, float), np.asarray(b, float)), ratio, vectorized=True, paired=False,
+                           confidence_level=confidence, n_resamples=BOOTSTRAP_RESAMPLES, method="percentile",
+                           rng=np.random.default_rng(BOOTSTRAP_SEED))
+    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+    return (low, high) if math.isfinite(low) and math.isfinite(high) else None

@@ -59,7 +59,7 @@ def test_json_is_nested_with_stable_keys_and_nulls(capsys, db):
     assert list(data["baseline"]) == ["name", "runs", "experiments", "failed_runs"]
     gen_s = data["metrics"][0]
     assert list(gen_s) == ["metric", "direction", "baseline", "candidate", "ratio", "ratio_ci", "p_value",
-                           "significant", "decision", "reasons", "runs_needed", "paired"]
+                           "significant", "decision", "reasons", "runs_needed", "paired", "bootstrap_ci"]
     assert list(gen_s["baseline"]) == ["n", "median", "ci", "ci_bounded", "by_experiment"]
     assert gen_s["baseline"]["ci_bounded"] and len(gen_s["baseline"]["ci"]) == 2
     assert gen_s["candidate"]["ci"] is None and not gen_s["candidate"]["ci_bounded"]  # 5 samples: unbounded

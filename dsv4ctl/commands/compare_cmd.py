@@ -53,6 +53,7 @@ def _side_line(label: str, side) -> str:
     return f"{label} {side.name}: {len(side.runs)} runs, {len(side.runs) - len(side.failed_runs)} passed{mix}"
 
 
+CONFIDENCE_TEXT = "95%"
 METRIC_COLUMNS = ["metric", "baseline", "candidate", "ratio", "p", "decision"]
 
 
@@ -67,6 +68,9 @@ def _notes(c) -> list[str]:
             lines += [f"{m.metric}: {r}" if several else r for r in m.reasons]
         if (m.baseline.n and not m.baseline.ci_bounded) or (m.candidate.n and not m.candidate.ci_bounded):
             unbounded.setdefault((m.baseline.n, m.candidate.n), []).append(m.metric)
+        if m.bootstrap_ci:
+            lines.append(f"{m.metric} ratio, bootstrap {CONFIDENCE_TEXT} interval over the runs: "
+                         f"{m.bootstrap_ci[0]:.3f} to {m.bootstrap_ci[1]:.3f}")
         if m.paired:
             lines.append(f"{m.metric} paired: {m.paired['pairs']} pairs, median difference "
                          f"{number(m.paired['median_difference'])}, Wilcoxon p = {p_text(m.paired['wilcoxon_p'])}")
