@@ -38,6 +38,7 @@ class ReportData:
     run_objects: list[dict[str, Any]] = field(default_factory=list)  # each run as `runs --json` shows it
     histories: list[Any] = field(default_factory=list)  # history.History per experiment, up to this campaign
     alignments: list[dict[str, Any]] = field(default_factory=list)  # align runs (report_align.py)
+    serving: dict[str, Any] | None = None  # a sweep of serve runs' load (report_serve.py)
 
     def to_json(self) -> dict[str, Any]:
         """What the page shows, as nested data (`report --json`): the campaign, its runs (the one run object of
@@ -54,7 +55,8 @@ class ReportData:
                     "comparison": self.ab.to_json() if self.ab else None, "error": self.ab_error,
                     "provenance": [{"side": p["side"], "experiments": p["name"], **p["values"]}
                                    for p in self.provenance]},
-                "histories": [h.to_json() for h in self.histories], "alignments": self.alignments}
+                "histories": [h.to_json() for h in self.histories], "alignments": self.alignments,
+                "serving": self.serving}
 
 
 def report_data(store: Store, campaign: str, metric: str = "gen_s") -> ReportData:
@@ -92,6 +94,9 @@ def report_data(store: Store, campaign: str, metric: str = "gen_s") -> ReportDat
     from .report_align import campaign_alignments
 
     data.alignments = campaign_alignments(store, rows)
+    from .report_serve import campaign_serving
+
+    data.serving = campaign_serving(store, rows)
     return data
 
 
@@ -230,11 +235,12 @@ def render_html(data: ReportData) -> str:
     from .history import sparkline
     from .render import _environment
     from .report_align import svg_cosines
+    from .report_serve import best_load_text, svg_curve
 
     return _environment().get_template("report.html.j2").render(
         data=data, rates_svg=svg_rates(data.sweep), strip_svg=svg_strip(data.distributions, data.metric),
         passed=sum(1 for r in data.runs if r["passed"]), ab_rows=metric_rows(data.ab) if data.ab else [],
-        values=values, sparkline=sparkline, align_plot=svg_cosines)
+        values=values, sparkline=sparkline, align_plot=svg_cosines, serve_curve=svg_curve, serve_best=best_load_text)
 
 
 def md(value: Any) -> str:
@@ -268,6 +274,9 @@ def render_markdown(data: ReportData) -> str:
     from .report_align import markdown_alignments
 
     lines += markdown_alignments(data)
+    from .report_serve import markdown_serving
+
+    lines += markdown_serving(data.serving)
     return "\n".join(lines) + "\n"
 
 

@@ -102,10 +102,13 @@ def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a mat
     if wait:
         _watch_until_done(store, [r.id for r in store.runs(campaign=name)], timeout_s=timeout)
     summary = summarise_campaign(store, name)
+    from ..report_serve import best_load_text, campaign_serving
+
+    serving = campaign_serving(store, store.runs(campaign=name))  # a load sweep of serve runs (issue 14)
     if json:
         from dataclasses import asdict
 
-        output.emit_json(asdict(summary))
+        output.emit_json({**asdict(summary), "serving": serving})
         raise typer.Exit(0)
     output.table(f"sweep {name}: failure rate per point (Wilson 95%)",
                  ["point", "runs", "failures", "rate", "interval", "first blocker"],
@@ -123,6 +126,8 @@ def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a mat
     else:
         output.text(f"no failures in {sum(p.judged for p in summary.points)} judged run(s)"
                     + (f"; {summary.pending} still pending" if summary.pending else ""))
+    for line in best_load_text(serving) if serving else []:
+        output.text(line)
     output.text(f"next: dsv4ctl report {name} -o report.html")
 
 
