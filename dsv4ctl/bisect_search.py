@@ -115,7 +115,7 @@ def _how_sure(sure: bool, minimal: bool, evidence, removals, ambiguous, good: Ra
     lo, hi = evidence["interval"]
     text = (f"the culprit fails {shown} ({lo:.0%}–{hi:.0%}, Wilson 95%) against GOOD's {good.failures}/{good.runs}; "
             f"{len(removals)} one-smaller subset(s) " +
-            ("each pass, separated from BAD at 95%" if sure else "not all told apart from BAD"))
+            ("each pass, their intervals wholly below BAD's" if sure else "not all told apart from BAD"))
     if ambiguous:
         text += f"; {len(ambiguous)} probe(s) stayed ambiguous at the cap"
     if not minimal:
