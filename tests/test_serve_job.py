@@ -437,6 +437,9 @@ def test_cpu_serve_passes_with_vllm_bench_serve_metrics(serve_campaign):
     for stage in ("serve start", "load", "serve stop"):
         assert f"### STAGE: {stage}\n" in log
     assert "SERVER_READY in " in log and "server stopped by SIGINT" in log
+    expect = json.loads(next(line for line in log.splitlines() if line.startswith("DSV4_EXPECT:")).split(": ", 1)[1])
+    assert expect["max_tokens"] == 16 and expect["n_requests"] == 64 and expect["ignore_eos"] is True
+    assert run.vllm_version == "0.32.0"
     assert "Application startup complete" in run_file(serve_campaign, "serve", "server.log").read_text()
 
 

@@ -33,6 +33,7 @@ class LoadResult:
     duration_s: float  # the load's start (after warm-up) -> the last completion, as vllm's benchmark_duration
     in_flight: dict[int, int] = field(default_factory=dict)  # measured index -> requests streaming when it was sent
     collapsed: int | None = None  # the request a bos-under-concurrency fault changed (tests only)
+    fewest_asked: int | None = None  # the smallest max_tokens among the prompts
 
 
 def request_body(model: str, prompt: Prompt, sampling: dict[str, Any], ignore_eos: bool) -> dict[str, Any]:

@@ -115,6 +115,7 @@ def run_load(spec: dict[str, Any], server: serverlib.ServerProcess, base_url: st
     stage("load")
     watch = SendWatch(server, faults.kill_point(fault, len(prompts)), len(prompts))
     result = loadgen.drive(base_url, model, prompts, load, spec["sampling"], ignore_eos(spec), on_sent=watch)
+    result.fewest_asked = min(p.max_tokens for p in prompts)
     result.collapsed = faults.bos_under_concurrency(fault, result.records, result.in_flight,
                                                     spec["expect"]["bos_id"])
     if result.collapsed is not None:
@@ -175,9 +176,8 @@ def report(spec: dict[str, Any], result: loadgen.LoadResult, ready_s: float, run
     from dsv4ctl.judge.serving import summarise
 
     measured = [r for r in result.records if not r["warmup"]]
-    asked = [r["output_tokens"] for r in measured] or [spec["sampling"]["max_tokens"]]
-    say(markers.dsv4_line("DSV4_EXPECT", {"max_tokens": min(asked) if ignore_eos(spec) else
-                                          spec["sampling"]["max_tokens"], "ignore_eos": ignore_eos(spec),
+    # One max_tokens for the offline rules' "fewer tokens than asked with ignore_eos": the fewest any request asked.
+    say(markers.dsv4_line("DSV4_EXPECT", {"max_tokens": result.fewest_asked, "ignore_eos": ignore_eos(spec),
                                           "n_requests": len(measured), "bos_id": spec["expect"]["bos_id"],
                                           "max_repeat_run": spec["expect"]["max_repeat_run"]}))
     tokenizer = tokenizer_for(spec)
