@@ -188,6 +188,14 @@ def test_leak_is_a_finding_and_over_the_limit_a_blocker(tmp_path):
     assert any("over load.memory_limit_mib 40" in r for r in v.reasons)
 
 
+def test_a_warming_server_is_no_leak():
+    # Regression (seen on the real CPU server): ~80 MiB/min while the load ramps up, then flat, in a 30 s run; the
+    # old 16 MiB floor called it a leak.
+    warm = [{"t_s": 20.0 + 2 * i, "rss_mib": 900.0 + min(2 * i, 25) * 80 / 60, "device_mib": None} for i in range(16)]
+    trend = memory_trend(warm, ready_s=20.0)
+    assert trend.slope_low > 0 and not trend.suspected_leak
+
+
 def test_flat_noisy_memory_is_no_leak_and_startup_growth_is_not_counted():
     startup = [{"t_s": float(t), "rss_mib": 100.0 + 200 * t} for t in range(5)]  # loading weights before ready
     trend = memory_trend(startup + flat_memory(), ready_s=4.5)
