@@ -23,6 +23,7 @@ from .errors import Dsv4Error
 
 if TYPE_CHECKING:
     from .campaign import PlannedRun
+    from .judge.rules import Verdict
     from .store import Store
 
 ALIGN_DIR = "align"
@@ -168,12 +169,21 @@ def record_alignment(store: Store, run_id: int, result: dict[str, Any]) -> None:
         store.db["align_rungs"].insert_all(rows, pk=("run_id", "position"))
 
 
-def judged(store: Store, run_id: int, verdict: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """For Store.save_verdict: the verdict with the run's alignment folded in, and the alignment (None when the
-    run is not an align run)."""
+def judged(store: Store, run_id: int, verdict: Verdict) -> tuple[Verdict, dict[str, Any] | None]:
+    """For watch.judge_run: the verdict with the run's alignment folded in (what `verdict`, `show` and the store all
+    see), and the alignment to record (None when the run is not an align run)."""
+    from dataclasses import replace
+
+    from .judge.rules import Blocker
+
     row = store.find_run(str(run_id))
     result = alignment_for(store, run_id)
-    return apply_alignment(verdict, result, row.data.get("log_path")), result
+    folded = apply_alignment(verdict.to_json(), result, row.data.get("log_path"))
+    if folded["passed"] == verdict.passed and folded["status"] == verdict.status:
+        return verdict, result
+    blocker = folded.get("first_blocker")
+    return replace(verdict, status=folded["status"], passed=folded["passed"], reasons=folded["reasons"],
+                   first_blocker=Blocker(**blocker) if blocker else None), result
 
 
 def stored_alignment(store: Store, run_id: int) -> dict[str, Any] | None:

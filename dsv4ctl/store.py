@@ -487,13 +487,13 @@ class Store:
 
     # -- verdicts and metrics --
 
-    def save_verdict(self, run_id: int, verdict: dict[str, Any], versions: dict[str, str] | None = None) -> None:
-        """Store a verdict with its metrics, and the software versions its log names (`versions`, by column): a
-        version the log no longer names keeps what was recorded."""
-        from .align import judged, record_alignment
+    def save_verdict(self, run_id: int, verdict: dict[str, Any], versions: dict[str, str] | None = None,
+                     alignment: dict[str, Any] | None = None) -> None:
+        """Store a verdict with its metrics, the software versions its log names (`versions`, by column: a version
+        the log no longer names keeps what was recorded) and, for an align run, its alignment."""
+        from .align import record_alignment
         from .versions import VERSION_COLUMNS
 
-        verdict, alignment = judged(self, run_id, verdict)  # mode: align — compared from its capture files
         blocker = verdict.get("first_blocker") or {}
         with self.transaction():
             if alignment is not None:

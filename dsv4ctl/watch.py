@@ -58,7 +58,12 @@ def judge_run(store: Store, row: RunRow, status: JobStatus | None) -> Verdict:
         verdict = judge_serve_run(facts, summary_of(status) if status else None, snapshot, Path(row.run_dir))
     else:
         verdict = judge(facts, summary_of(status) if status else None, options_for_spec(snapshot))
-    store.save_verdict(row.id, verdict.to_json(), read_versions(log))
+    alignment = None
+    if snapshot.get("mode") == "align":  # compared again from its capture files, whatever the log says (issue 15)
+        from .align import judged
+
+        verdict, alignment = judged(store, row.id, verdict)
+    store.save_verdict(row.id, verdict.to_json(), read_versions(log), alignment)
     return verdict
 
 

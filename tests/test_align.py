@@ -337,3 +337,35 @@ def test_a_relative_perplexity_file_is_relative_to_the_spec_file(tmp_path):
                          "align: {perplexity_file: ./texts/ppl.txt}\n", encoding="utf-8")
     (loaded,) = load_spec(spec_file)
     assert loaded.spec.align.perplexity_file == str(tmp_path / "texts" / "ppl.txt")
+
+
+def test_verdict_of_a_stored_diverged_run_names_the_layer_and_fails(cli, tmp_path):
+    """`dsv4ctl verdict RUN` judges the capture too: a log that looks coherent, a capture diverged at layer 1."""
+    from dsv4ctl.store import open_store
+
+    run_dir = tmp_path / "run"
+    (run_dir / "align").mkdir(parents=True)
+    for name in FILES:
+        shutil.copy(CAPTURE / name, run_dir / "align" / name)
+    engine, _ = captures()
+    write_safetensors(run_dir / "align" / "engine.safetensors", perturb_from(engine, 1).tensors)
+    ids = [100 + 7 * t for t in range(32)]
+    log = run_dir / "raw.log"
+    log.write_text("### STAGE: generate\nENGINE_READY in 1.0s\nalign layer 0: ok\nalign layer 1: ok\n"
+                   f"REQUEST: 0\nTOKEN_IDS: {json.dumps(ids)}\nFINISH_REASON: length\n"
+                   "DSV4_VERDICT: COHERENT\nPY_EXIT=0\n")
+    db = tmp_path / "r.db"
+    store = open_store(db)
+    spec = ExperimentSpec(**BASE, mode="align", platform="cpu")
+    experiment = store.experiment_id("a", spec.spec_hash(), json.dumps(spec.snapshot()), "a.yaml")
+    store.add_run(experiment_id=experiment, backend="local", token="t1", state="COMPLETED", ingested=0,
+                  point_json="{}", repeat_index=0, label="A1", run_dir=str(run_dir), log_path=str(log))
+    store.close()
+    result = cli("verdict", "A1", "--db", str(db), "--json")
+    assert result.exit_code == 1, result.output
+    verdict = json.loads(result.output)
+    assert verdict["status"] == "degenerate" and not verdict["passed"]
+    assert verdict["first_blocker"]["kind"] == "align_diverged" and verdict["first_blocker"]["line"] == 4
+    assert verdict["first_blocker"]["message"].startswith("diverged at layer 1")
+    shown = cli("show", "A1", "--db", str(db), "--json")
+    assert json.loads(shown.output)["verdict"]["first_blocker"]["kind"] == "align_diverged"
