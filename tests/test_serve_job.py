@@ -352,19 +352,7 @@ def test_the_job_judges_its_requests_with_or_without_the_serve_rules(monkeypatch
 
 # ---- the real engine ---------------------------------------------------------------------------------------------------
 
-ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
-MODEL = ROOT / "models" / "tiny-qwen2"
-
-
-@pytest.fixture(scope="session")
-def engine():
-    import os
-
-    if not ENGINE_PYTHON.exists() or not (MODEL / "dsv4ctl-build.json").exists():
-        message = "no CPU engine: ./scripts/test runs scripts/setup-engine and dsv4ctl build-model"
-        if os.environ.get("DSV4CTL_REQUIRE_ENGINE"):
-            pytest.fail(message)
-        pytest.skip(message)
+from .test_engine import engine  # noqa: E402,F401 - the fixture that skips without the CPU engine
 
 
 def serve_variant(directory: Path, name: str, body: str) -> Path:
