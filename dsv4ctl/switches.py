@@ -80,6 +80,12 @@ SWITCHES: tuple[Switch, ...] = (
            role="debug", source="§3, §6.10"),
     Switch("DSV4_SPARSE_VALIDATE", "flag", "0",
            "Turn the finite checks on K NoPE/RoPE, logits and probs into assertions.", role="debug", source="§15.2"),
+    # No exported default (absent is off): a default would add a line to every rendered job script.
+    Switch("DSV4_NATIVE_ROPE", "flag", None,
+           "Off unless set. Rotary embedding through vLLM's PyTorch forward_native instead of the CPU C++ op, which "
+           "mis-rotates MLA's 3-D q_pe/k_pe (tiny DeepSeek layer 0 at cosine 0.998 vs transformers, 1.0 with it; "
+           "docs/alignment.md).",
+           role="debug", source="docs/alignment.md"),
     Switch("VLLM_CUDART_SO_PATH", "text", None,
            "Path of the CUDA runtime library vLLM's shutdown path looks for (the libcudart noise at exit).",
            role="debug", source="§11.2"),

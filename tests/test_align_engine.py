@@ -1,6 +1,7 @@
 """Layered alignment end to end on the real vLLM CPU engine (issue 15): experiments/cpu-align.yaml passes with every
-rung aligned, a perturbed layer is named exactly, the tiny DeepSeek V3 (MoE + MLA, float32 through CPU_MLA) is
-aligned within its stated tolerance, and a stored run serves as the reference of another (`reference: run:ID`)."""
+rung aligned, a perturbed layer is named exactly, the tiny DeepSeek V3 (MoE + MLA, float32 through CPU_MLA) shows the
+engine's rope bug at layer 0 and is aligned with DSV4_NATIVE_ROPE=1, and a stored run serves as the reference of
+another (`reference: run:ID`)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,10 @@ from .test_engine import engine  # noqa: F401 - the fixture that skips without t
 pytestmark = pytest.mark.engine
 ALIGN_SPEC = EXPERIMENTS / "cpu-align.yaml"
 FAULT = "environment:\n  env:\n    DSV4_TESTING: '1'\n    DSV4_FAULT: {fault}\n"
-# The tiny DeepSeek V3 in float32 (CPU_MLA backend): position 0 of every prompt matches transformers exactly, later
-# positions differ at about 1e-3 (worst layer cosine 0.998 measured). The cause is in the engine: vLLM CPU's C++
-# rotary_embedding op misreads MLA's 3-D q_pe/k_pe and leaves most of them unrotated or rotated by wrong positions
-# (docs/alignment.md); random weights make attention near-uniform, so it costs only 1e-3. At the default 0.999 the
-# tool names layer 0; 0.995 is the tolerance stated for "as close as this engine gets".
+# The tiny DeepSeek V3 in float32 (CPU_MLA backend) at the default tolerance. Stock, vLLM CPU's C++ rotary_embedding
+# op misreads MLA's 3-D q_pe/k_pe (most left unrotated or rotated by wrong positions, docs/alignment.md): positions > 0
+# differ from transformers at about 1e-3 and the tool must name layer 0. DSV4_NATIVE_ROPE=1 (the shim routes the rope
+# through vLLM's PyTorch forward_native, in the engine process too) makes the same model aligned.
 DEEPSEEK = """model:
   path: {root}/models/tiny-deepseek
   arch: DeepseekV3ForCausalLM
@@ -31,9 +31,8 @@ DEEPSEEK = """model:
   extra:
     kv_cache_memory_bytes: 67108864
     attention_config: {{backend: CPU_MLA}}
-align:
-  tolerances: {{cosine: 0.995}}
 """
+NATIVE_ROPE = "switches:\n  DSV4_NATIVE_ROPE: 1\n"
 
 
 def variant(directory, name: str, body: str):
@@ -47,10 +46,11 @@ def align_campaign(engine, tmp_path_factory):  # noqa: F811
     d = tmp_path_factory.mktemp("align")
     perturbed = variant(d, "align-perturb-0", FAULT.format(fault="perturb-layer:0:0.2"))
     specs = {"aligned": ALIGN_SPEC, "perturbed": perturbed,
-             "deepseek": variant(d, "align-deepseek", DEEPSEEK.format(root=ROOT))}
+             "deepseek": variant(d, "align-deepseek", DEEPSEEK.format(root=ROOT)),
+             "deepseek-native-rope": variant(d, "align-deepseek-native-rope", DEEPSEEK.format(root=ROOT) + NATIVE_ROPE)}
     store = open_store(d / "r.db")
     outcome = submit(store, list(specs.values()), "local", runs_root=d / "runs", campaign="align")
-    watch(store, interval_s=2, max_interval_s=5, timeout_s=600)
+    watch(store, interval_s=2, max_interval_s=5, timeout_s=900)
     runs = dict(zip(specs, (store.find_run(str(i)) for i in outcome.run_ids)))
     return {"store": store, "runs": runs, "dir": d}
 
@@ -83,13 +83,24 @@ def test_a_perturbed_layer_is_named_exactly(align_campaign):
     assert line.startswith(b"align layer 0: BELOW TOLERANCE")
 
 
-def test_tiny_deepseek_is_aligned_within_its_tolerance(align_campaign):
+def test_the_engine_rope_bug_names_layer_0_of_the_tiny_deepseek(align_campaign):
     store, row = align_campaign["store"], align_campaign["runs"]["deepseek"]
+    assert stored_alignment(store, row.id)["verdict"] == "diverged at layer 0"
+    verdict = store.verdict(row.id)
+    assert verdict["status"] == "degenerate" and not verdict["passed"] and not verdict["false_green"]
+    log = open(row.log_path, "rb").read()
+    assert b"align layer 0: BELOW TOLERANCE" in log and b"DSV4_NATIVE_ROPE" not in log
+
+
+def test_native_rope_switch_aligns_the_tiny_deepseek_at_the_default_tolerance(align_campaign):
+    store, row = align_campaign["store"], align_campaign["runs"]["deepseek-native-rope"]
     result = stored_alignment(store, row.id)
     assert result["verdict"] == "aligned", result["verdict"]
     layers = [r["cosine"] for r in result["rungs"] if r["kind"] == "layer"]
-    assert len(layers) == 2 and min(layers) >= 0.995
+    assert len(layers) == 2 and min(layers) > 0.99999
     assert store.verdict(row.id)["passed"]
+    # The shim said so in the job's log (the engine process's line included when it loads the model).
+    assert b"[dsv4 shim] DSV4_NATIVE_ROPE=1: " in open(row.log_path, "rb").read()
 
 
 def test_a_stored_run_is_the_reference_of_another(align_campaign):
@@ -115,9 +126,10 @@ def test_the_report_shows_each_align_run_with_its_plot(align_campaign):
 
     data = report_data(align_campaign["store"], "align")
     verdicts = {a["experiment"]: a["verdict"] for a in data.alignments}
-    assert verdicts["cpu-align"] == "aligned" and verdicts["align-deepseek"] == "aligned"
+    assert verdicts["cpu-align"] == "aligned" and verdicts["align-deepseek-native-rope"] == "aligned"
+    assert verdicts["align-deepseek"].startswith("diverged at layer 0: cosine")
     assert verdicts["align-perturb-0"].startswith("diverged at layer 0: cosine")
     page = render_html(data)
-    assert page.count('aria-label="1 - cosine by layer"') == 3
+    assert page.count('aria-label="1 - cosine by layer"') == 4
     assert "diverged at layer 0" in render_markdown(data)
     assert data.to_json()["alignments"][0]["rungs"]

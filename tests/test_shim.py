@@ -101,3 +101,55 @@ def test_a_broken_shim_never_breaks_python(tmp_path):
                             env={**clean, "PYTHONPATH": f"{tmp_path}:{RUNTIME}"})
     # runtime/sitecustomize imports the first dsv4rt on the path: the broken one
     assert result.stdout.strip() == "alive"
+
+
+@pytest.fixture
+def fake_vllm_rope(tmp_path: Path) -> Path:
+    """vLLM's rope module as the CPU build lays it out: forward_cpu calls the C++ op, forward_native is PyTorch."""
+    pkg = tmp_path / "fake" / "vllm" / "model_executor" / "layers" / "rotary_embedding"
+    pkg.mkdir(parents=True)
+    for parent in (pkg, *list(pkg.parents)[:3]):
+        (parent / "__init__.py").touch()
+    (pkg / "__init__.py").write_text("from .base import RotaryEmbedding\n")
+    (pkg / "base.py").write_text(textwrap.dedent("""\
+        class RotaryEmbedding:
+            def forward_native(self, x):
+                return ("native", x)
+
+            def forward_cpu(self, x):
+                return ("c++ op", x)
+
+        class ScaledRotaryEmbedding(RotaryEmbedding):
+            def forward_native(self, x):
+                return ("scaled native", x)
+        """))
+    return tmp_path / "fake"
+
+
+ROPE_CALLS = ("from vllm.model_executor.layers.rotary_embedding import base; "
+              "print(base.RotaryEmbedding().forward_cpu(1)[0], '|', base.ScaledRotaryEmbedding().forward_cpu(2)[0])")
+
+
+def test_native_rope_switch_routes_forward_cpu_to_forward_native_on_cpu(fake_vllm_rope):
+    result = run(ROPE_CALLS, fake_vllm_rope, DSV4_NATIVE_ROPE="1")
+    # A subclass keeps its own forward_native; the gfx936 patches stay off on this CPU machine.
+    assert result.stdout.strip() == "native | scaled native", result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("[dsv4 shim]")]
+    # Said once, without DSV4_SHIM_DEBUG: it changes the numbers, so the log must show it.
+    assert len(lines) == 1 and "DSV4_NATIVE_ROPE=1" in lines[0] and "forward_native" in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("value", [None, "0"])
+def test_native_rope_is_off_unless_its_switch_is_1(fake_vllm_rope, value):
+    result = run(ROPE_CALLS, fake_vllm_rope, **({"DSV4_NATIVE_ROPE": value} if value else {}))
+    assert result.stdout.strip() == "c++ op | c++ op" and "[dsv4 shim]" not in result.stderr, result.stderr
+
+
+def test_native_rope_patches_a_module_imported_before_the_shim(fake_vllm_rope):
+    # The rare order where vLLM's rope module is already loaded when install() runs: it is patched in place.
+    code = ("import sys, dsv4rt.shim as s; sys.meta_path.remove(s._HOOK); s._HOOK = None; "
+            "from vllm.model_executor.layers.rotary_embedding import base; "
+            "print(base.RotaryEmbedding().forward_cpu(1)[0]); "
+            "s.install(); s.install(); print(base.RotaryEmbedding().forward_cpu(1)[0], len(s.APPLIED))")
+    result = run(code, fake_vllm_rope, DSV4_NATIVE_ROPE="1")
+    assert result.stdout.split() == ["c++", "op", "native", "1"], result.stderr

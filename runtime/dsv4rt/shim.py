@@ -1,9 +1,11 @@
 """The gfx936 compatibility shim.
 
 Gating: it applies only on ROCm gfx936 (read from the KFD topology, no imports) or when DSV4_SHIM=1, and never on
-CUDA or CPU otherwise. Each patch is guarded (it checks that its target exists and still needs it) and idempotent
-(a marker on the target). Patches of Triton wait for Triton's own import, through an import hook: the shim never
-imports Triton at start-up (report §9.1). DSV4_SHIM_DEBUG=1 logs what was patched.
+CUDA or CPU otherwise. Switch patches are the exception: each applies on any platform where its own switch is 1
+(DSV4_NATIVE_ROPE), and says so on stderr whatever DSV4_SHIM_DEBUG is, since it changes the numbers. Each patch is
+guarded (it checks that its target exists and still needs it) and idempotent (a marker on the target). Patches of a
+module (Triton, vLLM) wait for that module's own import, through an import hook: the shim never imports Triton at
+start-up (report §9.1). DSV4_SHIM_DEBUG=1 logs what was patched.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ MARK = "__dsv4_shim__"
 APPLIED: list[str] = []
 
 
-def log(message: str) -> None:
-    if os.environ.get("DSV4_SHIM_DEBUG") == "1":
+def log(message: str, always: bool = False) -> None:
+    if always or os.environ.get("DSV4_SHIM_DEBUG") == "1":
         print(f"[dsv4 shim] {message}", file=sys.stderr, flush=True)
 
 
@@ -119,29 +121,62 @@ def patch_triton_softmax_dim(tl) -> str | None:
     return "triton.language.softmax accepts dim="
 
 
+def patch_native_rope(base) -> str | None:
+    """DSV4_NATIVE_ROPE: vLLM CPU 0.32.0's C++ rotary_embedding op mis-rotates MLA's 3-D q_pe/k_pe views (the tiny
+    DeepSeek's layer 0 at cosine 0.998 against transformers, docs/alignment.md); PyTorch's forward_native is exact."""
+    rope = getattr(base, "RotaryEmbedding", None)
+    if rope is None or not hasattr(rope, "forward_native") or not _mark(rope, "native_rope"):
+        return None
+
+    def forward_cpu(self, *args, **kwargs):
+        # Through self, so a subclass with its own forward_native keeps it (CustomOp's own CPU fallback does this).
+        return self.forward_native(*args, **kwargs)
+
+    rope.forward_cpu = forward_cpu
+    return f"DSV4_NATIVE_ROPE=1: {base.__name__}.RotaryEmbedding.forward_cpu -> forward_native (pid {os.getpid()})"
+
+
+ModulePatch = Callable[[object], str | None]
 STARTUP_PATCHES: tuple[Callable[[], str | None], ...] = (patch_skinny_gemm_default,)
-MODULE_PATCHES: dict[str, tuple[Callable[[object], str | None], ...]] = {
+MODULE_PATCHES: dict[str, tuple[ModulePatch, ...]] = {
     "triton.language": (patch_triton_reduce_or, patch_triton_softmax_dim),
 }
+# Patches a switch turns on, on any platform. The rope classes are built (and bind forward_cpu) only when the model
+# is, after this module is imported, so patching at import time reaches every engine process that loads the model.
+SWITCH_PATCHES: dict[str, dict[str, tuple[ModulePatch, ...]]] = {
+    "DSV4_NATIVE_ROPE": {"vllm.model_executor.layers.rotary_embedding.base": (patch_native_rope,)},
+}
+LOUD = frozenset(p for table in SWITCH_PATCHES.values() for patches in table.values() for p in patches)
+ACTIVE: dict[str, tuple[ModulePatch, ...]] = {}
+
+
+def active_patches(gfx936: bool) -> dict[str, tuple[ModulePatch, ...]]:
+    """The module patches this process applies: the gfx936 ones where the shim is on, each switch's where it is 1."""
+    table = dict(MODULE_PATCHES) if gfx936 else {}
+    for switch, patches in SWITCH_PATCHES.items():
+        if os.environ.get(switch) == "1":
+            for name, more in patches.items():
+                table[name] = table.get(name, ()) + more
+    return table
 
 
 def apply_module_patches(name: str, module: object) -> None:
-    for patch in MODULE_PATCHES.get(name, ()):
+    for patch in ACTIVE.get(name, ()):
         try:
             done = patch(module)
         except Exception as exc:  # one broken patch must not take the others (or the import) down
-            log(f"{patch.__name__} failed: {exc!r}")
+            log(f"{patch.__name__} failed: {exc!r}", always=patch in LOUD)
             continue
         if done:
             APPLIED.append(done)
-            log(done)
+            log(done, always=patch in LOUD)
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     """Wraps the loader of a patched module so its patches run right after the module executes."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname not in MODULE_PATCHES:
+        if fullname not in ACTIVE:
             return None
         sys.meta_path.remove(self)  # find the real spec without recursing into ourselves
         try:
@@ -165,20 +200,25 @@ _HOOK: _PatchOnImport | None = None
 
 
 def install() -> bool:
-    """Apply start-up patches and arm the import hook; a no-op off gfx936 (unless DSV4_SHIM=1)."""
-    global _HOOK
-    if not enabled():
+    """Apply start-up patches and arm the import hook; a no-op off gfx936 (unless DSV4_SHIM=1) where no switch
+    patch is asked for. True when something was armed."""
+    global _HOOK, ACTIVE
+    if _HOOK is not None:
+        return True
+    gfx936 = enabled()
+    ACTIVE = active_patches(gfx936)
+    if not gfx936 and not ACTIVE:
         return False
-    if _HOOK is None:
+    if gfx936:
         for patch in STARTUP_PATCHES:
             done = patch()
             if done:
                 APPLIED.append(done)
                 log(done)
-        _HOOK = _PatchOnImport()
-        sys.meta_path.insert(0, _HOOK)
-        for name in MODULE_PATCHES:  # already imported before us (rare): patch in place
-            if name in sys.modules:
-                apply_module_patches(name, sys.modules[name])
-        log("installed")
+    _HOOK = _PatchOnImport()
+    sys.meta_path.insert(0, _HOOK)
+    for name in ACTIVE:  # already imported before us (rare): patch in place
+        if name in sys.modules:
+            apply_module_patches(name, sys.modules[name])
+    log("installed")
     return True
