@@ -178,9 +178,10 @@ def judged(store: Store, run_id: int, verdict: Verdict) -> tuple[Verdict, dict[s
 
     row = store.find_run(str(run_id))
     result = alignment_for(store, run_id)
-    folded = apply_alignment(verdict.to_json(), result, row.data.get("log_path"))
-    if folded["passed"] == verdict.passed and folded["status"] == verdict.status:
+    if result is None or result.get("aligned"):
         return verdict, result
+    # Even when the probe already said DIVERGED (not passed), the reason and the rung as first blocker are added.
+    folded = apply_alignment(verdict.to_json(), result, row.data.get("log_path"))
     blocker = folded.get("first_blocker")
     return replace(verdict, status=folded["status"], passed=folded["passed"], reasons=folded["reasons"],
                    first_blocker=Blocker(**blocker) if blocker else None), result

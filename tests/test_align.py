@@ -339,8 +339,10 @@ def test_a_relative_perplexity_file_is_relative_to_the_spec_file(tmp_path):
     assert loaded.spec.align.perplexity_file == str(tmp_path / "texts" / "ppl.txt")
 
 
-def test_verdict_of_a_stored_diverged_run_names_the_layer_and_fails(cli, tmp_path):
-    """`dsv4ctl verdict RUN` judges the capture too: a log that looks coherent, a capture diverged at layer 1."""
+@pytest.mark.parametrize("probe_said", ["COHERENT", "DIVERGED"])
+def test_verdict_of_a_stored_diverged_run_names_the_layer_and_fails(cli, tmp_path, probe_said):
+    """`dsv4ctl verdict RUN` judges the capture too, with the rung as first blocker, whether the log looks coherent
+    or the probe already said DIVERGED (regression: that case lost the blocker)."""
     from dsv4ctl.store import open_store
 
     run_dir = tmp_path / "run"
@@ -353,7 +355,7 @@ def test_verdict_of_a_stored_diverged_run_names_the_layer_and_fails(cli, tmp_pat
     log = run_dir / "raw.log"
     log.write_text("### STAGE: generate\nENGINE_READY in 1.0s\nalign layer 0: ok\nalign layer 1: ok\n"
                    f"REQUEST: 0\nTOKEN_IDS: {json.dumps(ids)}\nFINISH_REASON: length\n"
-                   "DSV4_VERDICT: COHERENT\nPY_EXIT=0\n")
+                   f"DSV4_VERDICT: {probe_said}\nPY_EXIT={0 if probe_said == 'COHERENT' else 2}\n")
     db = tmp_path / "r.db"
     store = open_store(db)
     spec = ExperimentSpec(**BASE, mode="align", platform="cpu")
