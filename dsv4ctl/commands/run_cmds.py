@@ -58,6 +58,9 @@ def _run_json(store, row) -> dict:
     from ..perf import stored_check
 
     data["perf"] = stored_check(store, row.id)
+    from ..align import stored_alignment
+
+    data["align"] = stored_alignment(store, row.id)  # mode: align runs only (None otherwise)
     return data
 
 
@@ -228,13 +231,10 @@ def show(run: RunArg, db: DbOpt = None, json: JsonOpt = False) -> None:
     """Everything recorded about one run."""
     store = open_store(db, must_exist=True)
     data = _run_json(store, store.find_run(run))
-    from ..align import stored_alignment
-
-    alignment = data["align"] = stored_alignment(store, data["id"])  # mode: align runs only
     if json:
         output.emit_json(data)
         return
-    data.pop("align")
+    alignment = data.pop("align")
     verdict = data.pop("verdict") or {}
     metrics = data.pop("metrics")
     perf = data.pop("perf")
