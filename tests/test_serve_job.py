@@ -336,12 +336,9 @@ SPEC = {"load": {**LOAD, "num_prompts": 3, "slo": {}}, "sampling": {"temperature
         "expect": {"bos_id": 0, "max_repeat_run": 8}, "model": {"path": "/nonexistent"}}
 
 
-@pytest.mark.parametrize("serve_rules_present", [True, False])
-def test_the_job_judges_its_requests_with_or_without_the_serve_rules(monkeypatch, serve_rules_present):
+def test_the_job_judges_its_requests_with_the_serve_rules():
     from dsv4rt import serve
 
-    if not serve_rules_present:  # an older dsv4ctl beside this runtime: the offline rules still decide
-        monkeypatch.setitem(sys.modules, "dsv4ctl.judge.serve_rules", None)
     status, notes, ok = serve.judgement(SPEC, records_of([[5, 6, 7, 8]] * 3), [], 1.0)
     assert (status, ok) == ("coherent", True), notes
     status, notes, ok = serve.judgement(SPEC, records_of([[5, 6, 7, 8], [5, 0, 0, 0], [5, 6, 7, 8]]), [], 1.0)

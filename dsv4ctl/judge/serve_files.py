@@ -23,7 +23,7 @@ from typing import Any
 from .rules import Blocker, Verdict, judge, main_path_errors, root_cause
 from .sacct import SchedulerSummary
 from .scan import LogFacts, parse_file
-from .serve_rules import ServeJudgement, assess, serve_options
+from .serve_rules import ServeJudgement, assess, model_eos_ids, serve_options
 from .serving import summarise
 
 FILES = {"server_log": "server.log", "requests": "serve-requests.jsonl", "memory": "serve-memory.jsonl"}
@@ -133,16 +133,8 @@ def _eos_ids(serve: dict[str, Any], snapshot: dict[str, Any]) -> frozenset[int]:
     listed = serve.get("eos_token_ids")
     if isinstance(listed, list) and all(_is_int(i) for i in listed):
         return frozenset(listed)
-    path = ((snapshot.get("model") or {}).get("path")) if isinstance(snapshot.get("model"), dict) else None
-    for name in ("generation_config.json", "config.json"):
-        try:
-            value = json.loads((Path(path) / name).read_text(encoding="utf-8")).get("eos_token_id")
-        except (OSError, ValueError, TypeError, AttributeError):
-            continue
-        ids = {v for v in (value if isinstance(value, list) else [value]) if _is_int(v)}
-        if ids:
-            return frozenset(ids)
-    return frozenset()
+    model = snapshot.get("model")
+    return model_eos_ids(model.get("path") if isinstance(model, dict) else None)
 
 
 def _duration(facts: LogFacts, records: list[dict[str, Any]]) -> tuple[float | None, str]:

@@ -23,9 +23,11 @@ Non-greedy sampling (temperature > 0) gets the structural checks only: no golden
 
 from __future__ import annotations
 
+import json
 import math
 from array import array
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .serving import is_completed, measured
@@ -104,6 +106,21 @@ def memory_trend(samples: list[dict[str, Any]], ready_s: float | None = None,
 
 
 # ---- requests ---------------------------------------------------------------------------------------------------
+
+
+def model_eos_ids(model_dir: str | None) -> frozenset[int]:
+    """The model's EOS ids: generation_config.json's, else config.json's (empty when neither names one). Used by the
+    job and by the judge alike."""
+    for name in ("generation_config.json", "config.json"):
+        try:
+            value = json.loads((Path(model_dir) / name).read_text(encoding="utf-8")).get("eos_token_id")
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+        ids = {v for v in (value if isinstance(value, list) else [value])
+               if isinstance(v, int) and not isinstance(v, bool)}
+        if ids:
+            return frozenset(ids)
+    return frozenset()
 
 
 def eos_problems(record: dict[str, Any], ignore_eos: bool, eos_ids: frozenset[int]) -> list[str]:

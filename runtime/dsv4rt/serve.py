@@ -157,20 +157,6 @@ def print_requests(records: list[dict[str, Any]], tokenizer) -> None:
         print_request(record["index"], ids, record["finish_reason"], decode, record["text"])
 
 
-def eos_ids(spec: dict[str, Any]) -> frozenset[int]:
-    """The model's EOS ids: generation_config.json's, else config.json's."""
-    ids: set[int] = set()
-    for name in ("generation_config.json", "config.json"):
-        try:
-            value = json.loads((Path(spec["model"]["path"]) / name).read_text()).get("eos_token_id")
-        except (OSError, ValueError):
-            continue
-        ids.update(v for v in (value if isinstance(value, list) else [value]) if isinstance(v, int))
-        if ids:
-            break
-    return frozenset(ids)
-
-
 def report(spec: dict[str, Any], result: loadgen.LoadResult, ready_s: float, run_dir: Path) -> int:
     """Blocks, metrics and the verdict; the exit code."""
     from dsv4ctl.judge.serving import summarise
@@ -199,26 +185,12 @@ def report(spec: dict[str, Any], result: loadgen.LoadResult, ready_s: float, run
 
 def judgement(spec: dict[str, Any], records: list[dict[str, Any]], memory: list[dict[str, Any]],
               ready_s: float) -> tuple[str, list[str], bool]:
-    """(status, reasons, ok) from the serve rules (judge/serve_rules.py); where that module is not there (an older
-    dsv4ctl beside a newer runtime), the offline rules over the completed requests, a failed one failing the run."""
-    spec = {**spec, "sampling": {**spec["sampling"], "ignore_eos": ignore_eos(spec)}}
-    try:
-        from dsv4ctl.judge.serve_rules import judge_serve
-    except ImportError:
-        from dsv4ctl.judge.rules import judge
-        from dsv4ctl.judge.scan import LogFacts, RequestBlock
-        from dsv4ctl.judge.serving import is_completed
-        from dsv4ctl.judge.tokens import VerdictOptions
+    """(status, reasons, ok) from the serve rules (judge/serve_rules.py), the judge's own: the runtime and dsv4ctl
+    travel together (dsv4rt puts this checkout's dsv4ctl on sys.path)."""
+    from dsv4ctl.judge.serve_rules import judge_serve, model_eos_ids
 
-        runs = [r for r in records if not r["warmup"]]
-        blocks = [RequestBlock(line=0, index=r["index"], token_ids=r["token_ids"] or [], finish_reason=r[
-            "finish_reason"]) for r in runs if is_completed(r)]
-        options = VerdictOptions(bos_id=spec["expect"]["bos_id"], max_repeat_run=spec["expect"]["max_repeat_run"],
-                                 expected_requests=len(runs))
-        verdict = judge(LogFacts(requests=blocks, py_exit=0), None, options)
-        failed = [f"request {r['index']} failed: {r['error']}" for r in runs if not is_completed(r)][:1]
-        return verdict.status, failed + verdict.reasons, verdict.status == "coherent"
-    found = judge_serve(spec, records, memory, eos_ids=eos_ids(spec), ready_s=ready_s)
+    spec = {**spec, "sampling": {**spec["sampling"], "ignore_eos": ignore_eos(spec)}}
+    found = judge_serve(spec, records, memory, eos_ids=model_eos_ids(spec["model"]["path"]), ready_s=ready_s)
     return found.status, found.reasons + found.blockers + found.findings, found.ok
 
 
