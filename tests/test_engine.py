@@ -148,18 +148,24 @@ def test_fault_injection_is_refused_outside_tests(engine_campaign):
     assert v["status"] == "crashed" and v["first_blocker"]["exc_type"].endswith("FaultRefused")
 
 
-@pytest.mark.slurm
-def test_the_same_probe_runs_as_a_real_slurm_job(engine, tmp_path):
+def passed_on_slurm(spec: Path, tmp_path: Path, timeout_s: float):
+    """Submit one spec to the live cluster and wait: (store, run, verdict) of a run that completed and passed."""
     if subprocess.run(["scontrol", "ping"], capture_output=True, text=True).stdout.count("UP") == 0:
         pytest.fail("the Slurm cluster is not up")
     store = open_store(tmp_path / "r.db")
-    # A reference no CPU run can meet (issue 17): the job is correct, so it passes, with the miss recorded.
-    spec = variant(tmp_path, "smoke-ref", "expect:\n  perf:\n    gen_s: {max: 0.000001}\n")
     outcome = submit(store, [spec], "slurm", runs_root=tmp_path / "runs")
-    watch(store, interval_s=2, max_interval_s=5, timeout_s=400)
+    watch(store, interval_s=2, max_interval_s=5, timeout_s=timeout_s)
     run = store.find_run(str(outcome.run_ids[0]))
     v = store.verdict(run.id)
     assert run.state == "COMPLETED" and v["passed"], (run.state, v and v["reasons"])
+    return store, run, v
+
+
+@pytest.mark.slurm
+def test_the_same_probe_runs_as_a_real_slurm_job(engine, tmp_path):
+    # A reference no CPU run can meet (issue 17): the job is correct, so it passes, with the miss recorded.
+    spec = variant(tmp_path, "smoke-ref", "expect:\n  perf:\n    gen_s: {max: 0.000001}\n")
+    store, run, _ = passed_on_slurm(spec, tmp_path, timeout_s=400)
     assert run.max_rss_kib and run.node
     from dsv4ctl.perf import stored_check
 

@@ -473,20 +473,9 @@ def test_a_growing_server_is_flagged_as_a_leak(serve_campaign):
 @pytest.mark.engine
 @pytest.mark.slurm
 def test_cpu_serve_runs_as_a_real_slurm_job(engine, tmp_path):
-    import subprocess
+    from .test_engine import passed_on_slurm
 
-    from dsv4ctl.campaign import submit
-    from dsv4ctl.store import open_store
-    from dsv4ctl.watch import watch
-
-    if subprocess.run(["scontrol", "ping"], capture_output=True, text=True).stdout.count("UP") == 0:
-        pytest.fail("the Slurm cluster is not up")
-    store = open_store(tmp_path / "r.db")
     spec = serve_variant(tmp_path, "serve-slurm", "load:\n  num_prompts: 24\n  request_rate: 12\n")
-    outcome = submit(store, [spec], "slurm", runs_root=tmp_path / "runs")
-    watch(store, interval_s=2, max_interval_s=5, timeout_s=500)
-    run = store.find_run(str(outcome.run_ids[0]))
-    v = store.verdict(run.id)
-    assert run.state == "COMPLETED" and v["passed"], (run.state, v and v["reasons"])
+    store, run, v = passed_on_slurm(spec, tmp_path, timeout_s=500)
     assert store.metrics(run.id)["completed"] == 24
     assert len(jsonl(Path(run.run_dir) / "serve-requests.jsonl")) == 24 + 2
