@@ -60,7 +60,7 @@ def main() -> int:
             result = compare(store, "j17-baseline", "q1-off")
             times.append(time.perf_counter() - start)
         print(f"{args.n} samples per side: compare took {statistics.median(times):.3f} s "
-              f"(median of {args.repeat}; target < 0.5 s); decision {result.decision}, p = {result.p_value:.3g}")
+              f"(median of {args.repeat}; target < 0.5 s); decision {result.decision}, p = {result.metrics[0].p_value:.3g}")
     return 0
 
 

@@ -115,13 +115,17 @@ def runs_needed(a: list[float], b: list[float], effect: float, alpha: float, pow
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0  # the same runs give the same interval, run after run
+# The bootstrap is for a few repeats (a serve run's p95 is one value per run), where rank intervals are wide or
+# unbounded. Past this many runs a side the rank-based interval of the ratio is already tight, and 2000 resamples
+# of 10,000 values cost a second of `compare`: the interval is left out (detail, not the decision).
+BOOTSTRAP_MAX_RUNS = 1000
 
 
 def bootstrap_ratio_ci(a: list[float], b: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
     """Percentile-bootstrap interval of median(b) / median(a), resampling each side's runs (a serve run's p95 is
     one value per run: across repeats the interval says how far the ratio of percentiles can be trusted). None with
-    fewer than 2 runs on a side or a baseline median of 0."""
-    if len(a) < 2 or len(b) < 2 or median(a) == 0:
+    fewer than 2 runs on a side, more than BOOTSTRAP_MAX_RUNS, or a baseline median of 0."""
+    if not 2 <= min(len(a), len(b)) or max(len(a), len(b)) > BOOTSTRAP_MAX_RUNS or median(a) == 0:
         return None
     import numpy as np
     from scipy.stats import bootstrap

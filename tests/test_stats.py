@@ -51,3 +51,13 @@ def test_runs_needed_grows_with_spread_and_shrinks_with_effect():
     assert stats.runs_needed(tight, tight, 5.0, 0.05) == 4
     assert stats.runs_needed(loose, loose, 5.0, 0.05) > stats.runs_needed(tight, tight, 5.0, 0.05)
     assert stats.runs_needed(loose, loose, 1.0, 0.05) > stats.runs_needed(loose, loose, 5.0, 0.05)
+
+
+def test_the_bootstrap_interval_is_for_a_few_repeats_not_for_thousands_of_runs():
+    base = [100.0 + (i % 7) for i in range(stats.BOOTSTRAP_MAX_RUNS + 1)]
+    cand = [v * 0.7 for v in base]
+    low, high = stats.bootstrap_ratio_ci(base[:6], cand[:6])
+    assert low <= 0.7 <= high
+    assert stats.bootstrap_ratio_ci(base[:stats.BOOTSTRAP_MAX_RUNS], cand[:stats.BOOTSTRAP_MAX_RUNS]) is not None
+    assert stats.bootstrap_ratio_ci(base, cand) is None  # past the cap: compare's rank interval stands alone
+    assert stats.bootstrap_ratio_ci(base[:1], cand[:6]) is None
