@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .differences import IGNORED_KEYS  # one list of what is bookkeeping, not a change (the snapshot has no label)
 from .errors import UsageError
 
-# Labels and bookkeeping: they differ between any two specs and change nothing a run does (as in differences.py).
-IGNORED_KEYS = ("name", "description", "tags", "repeats", "matrix", "label")
 MAX_CHANGES = 64  # ddmin asks up to n² + 3n subsets: beyond this, split the specs by hand first
 
 
