@@ -151,7 +151,21 @@ def test_server_dying_mid_load_is_crashed_with_server_logs_root_cause(tmp_path, 
 def test_server_log_error_after_a_complete_load_is_said_not_judged(tmp_path):
     v = judge_files(write_run(tmp_path, load_records(), server_log="server-enginecore-fatal.log"))
     assert v.passed
-    assert any("server.log has an error" in f for f in v.evidence["serve"]["judgement"]["findings"])
+    findings = v.evidence["serve"]["judgement"]["findings"]
+    assert any("server.log has an error at line" in f and "although the load completed" in f for f in findings)
+
+
+def test_an_error_while_the_server_shuts_down_is_said_as_such(tmp_path):
+    # vllm#48745's shape, seen here too: the job's SIGINT, EngineCore force-killed, a spurious EngineDeadError
+    v = judge_files(write_run(tmp_path, load_records(), server_log="server-shutdown-spurious-enginedead.log"))
+    assert v.passed and v.status == "coherent", v.reasons
+    finding = next(f for f in v.evidence["serve"]["judgement"]["findings"] if "server.log" in f)
+    assert "line 20 during the server's shutdown (begun at line 10)" in finding and "EngineDeadError" in finding
+    # the same error before any shutdown line is not excused
+    log = (tmp_path / "server.log").read_text().splitlines()
+    (tmp_path / "server.log").write_text("\n".join(log[:9] + log[13:20] + log[9:13] + log[20:]) + "\n")
+    v = judge_files(tmp_path / "raw.log")
+    assert any("although the load completed" in f for f in v.evidence["serve"]["judgement"]["findings"])
 
 
 def test_eos_in_the_middle_and_a_stop_without_eos(tmp_path):

@@ -31,6 +31,11 @@ MAX_LINE_BYTES = 4 << 20  # one record: max_tokens ids and the text fit many tim
 MAX_RECORDS = 2_000_000  # past this the file is not the load a spec can ask for (limits.MAX_PROMPTS is 1e6)
 MAX_SAMPLES = 1 << 20  # memory samples: a week at one sample every 0.6 s
 MAX_UNREADABLE_SHOWN = 8
+# Where the server's shutdown begins in server.log (vLLM 0.1x-0.3x launcher, uvicorn, older vLLM): an error after it,
+# once the load completed, comes from stopping the server (the job's SIGINT), e.g. EngineDeadError from the output
+# handler when the engine core is killed first. Said so, still a finding.
+SHUTDOWN_MARKS: tuple[bytes, ...] = (b"shutdown triggered", b"Shutting down", b"Gracefully stopping")
+MAX_SHUTDOWN_SCAN_LINES = 1 << 22
 _NUMBER = (int, float)
 
 
@@ -155,6 +160,27 @@ class ServeEvidence:
     memory: JsonlRead
     server_facts: LogFacts | None  # None: no server.log
     eos_ids: frozenset[int]
+    shutdown_line: int | None = None  # server.log's first shutdown line
+
+
+def shutdown_line(path: Path) -> int | None:
+    """The 1-based number of server.log's first line with a SHUTDOWN_MARKS phrase, or None (bounded: a line is read
+    at most MAX_LINE_BYTES at a time, at most MAX_SHUTDOWN_SCAN_LINES lines)."""
+    try:
+        with path.open("rb") as f:
+            number = 0
+            while number < MAX_SHUTDOWN_SCAN_LINES:
+                line = f.readline(MAX_LINE_BYTES)
+                if not line:
+                    return None
+                number += 1
+                if any(mark in line for mark in SHUTDOWN_MARKS):
+                    return number
+                while line and not line.endswith(b"\n"):  # the rest of an over-long line is not a new line
+                    line = f.readline(MAX_LINE_BYTES)
+    except OSError:
+        return None
+    return None
 
 
 def read_evidence(run_dir: Path, serve: dict[str, Any], snapshot: dict[str, Any]) -> ServeEvidence:
@@ -165,7 +191,8 @@ def read_evidence(run_dir: Path, serve: dict[str, Any], snapshot: dict[str, Any]
         server_facts = parse_file(str(server_log))
     except OSError:
         server_facts = None
-    return ServeEvidence(requests, memory, server_facts, _eos_ids(serve, snapshot))
+    return ServeEvidence(requests, memory, server_facts, _eos_ids(serve, snapshot),
+                         shutdown_line(server_log) if server_facts is not None else None)
 
 
 def judge_serve_run(facts: LogFacts, scheduler: SchedulerSummary | None, snapshot: dict[str, Any] | None,
@@ -233,7 +260,10 @@ def _join(verdict: Verdict, judgement: ServeJudgement, evidence: ServeEvidence, 
         verdict.reasons.insert(0, f"server.log: {cause.family} error at line {cause.line} ended the server: "
                                   f"{cause.message.splitlines()[0][:300] if cause.message else cause.kind}")
     elif cause is not None:
-        judgement.findings.append(f"server.log has an error at line {cause.line} although the load completed: "
+        stopping = evidence.shutdown_line is not None and cause.line > evidence.shutdown_line
+        when = (f"during the server's shutdown (begun at line {evidence.shutdown_line}), after the load completed"
+                if stopping else "although the load completed")
+        judgement.findings.append(f"server.log has an error at line {cause.line} {when}: "
                                   f"{cause.message.splitlines()[0][:200] if cause.message else cause.kind}")
     if evidence.requests.missing and verdict.status == "coherent":
         verdict.status = "incomplete"
