@@ -220,6 +220,11 @@ class LoadSpec(_Strict):
     num_prompts: Int = Field(64, ge=1, le=limits.MAX_PROMPTS)
     request_rate: float | Literal["inf"] = Field("inf", description="Requests per second, or inf (all at once).")
     burstiness: float = Field(1.0, gt=0, le=1000, description="1: Poisson arrivals; else gamma with this shape.")
+    ramp_up_strategy: Literal["linear", "exponential"] | None = Field(
+        None, description="Raise the rate from ramp_up_start_rps to ramp_up_end_rps over the prompts "
+                          "(request_rate stays inf).")
+    ramp_up_start_rps: float | None = Field(None, gt=0, le=1e6)
+    ramp_up_end_rps: float | None = Field(None, gt=0, le=1e6)
     max_concurrency: Int | None = Field(None, ge=1, le=limits.MAX_PROMPTS)
     duration_s: float | None = Field(None, gt=0, le=limits.MAX_SERVE_SECONDS,
                                      description="Soak: keep sending (prompts cycled) for this long.")
@@ -235,6 +240,20 @@ class LoadSpec(_Strict):
             raise ValueError("`path` is given exactly when dataset is jsonl")
         if isinstance(self.request_rate, float) and self.request_rate <= 0:
             raise ValueError("request_rate must be > 0 requests per second, or inf")
+        ramp = (self.ramp_up_start_rps, self.ramp_up_end_rps)
+        if self.ramp_up_strategy is None:
+            if ramp != (None, None):
+                raise ValueError("ramp_up_start_rps / ramp_up_end_rps need ramp_up_strategy (linear or exponential)")
+            return self
+        # vllm bench serve's own checks on --ramp-up-*, plus: a soak has no last prompt to ramp up to
+        if self.request_rate != "inf":
+            raise ValueError("with ramp_up_strategy the ramp sets the rate: leave request_rate out (inf)")
+        if None in ramp:
+            raise ValueError("ramp_up_strategy needs both ramp_up_start_rps and ramp_up_end_rps")
+        if ramp[0] > ramp[1]:
+            raise ValueError(f"ramp_up_start_rps {ramp[0]:g} is above ramp_up_end_rps {ramp[1]:g}")
+        if self.duration_s is not None:
+            raise ValueError("a ramp-up runs over num_prompts: it does not combine with duration_s (a soak)")
         return self
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from .conftest import EXPERIMENTS, ROOT
+
+ENGINE_PY = ROOT / ".venv-engine" / "bin" / "python"
 
 sys.path.insert(0, str(ROOT / "runtime"))
 
@@ -66,6 +70,42 @@ def test_gamma_gaps_have_the_shape_burstiness(burstiness):
 def test_arrivals_are_seeded():
     assert loadplan.arrival_times(50, 4.0, 1.0, 7) == loadplan.arrival_times(50, 4.0, 1.0, 7)
     assert loadplan.arrival_times(50, 4.0, 1.0, 7) != loadplan.arrival_times(50, 4.0, 1.0, 8)
+
+
+RAMP_ANCHOR = r"""
+import json, sys
+from vllm.benchmarks.serve import _get_current_request_rate
+cases = json.load(sys.stdin)
+print("ANCHOR " + json.dumps([_get_current_request_rate(s, a, b, i, n, float("inf")) for s, a, b, i, n in cases]))
+"""
+
+
+@pytest.mark.skipif(not ENGINE_PY.exists(), reason="no engine venv (.venv-engine) with vllm")
+def test_ramp_up_rates_equal_vllm_bench_serves():
+    cases = [(s, a, b, i, n) for s in loadplan.RAMP_UP_STRATEGIES for a, b in ((1, 10), (2, 2), (3, 100))
+             for n in (1, 2, 7, 64) for i in range(n)]
+    done = subprocess.run([str(ENGINE_PY), "-c", RAMP_ANCHOR], input=json.dumps(cases), capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("ANCHOR "))[7:])
+    assert [loadplan.ramp_rate(*case) for case in cases] == theirs  # to the bit
+
+
+def test_a_ramp_up_draws_each_gap_at_its_requests_rate():
+    # burstiness inf: the gaps are 1/rate exactly, the rate going 1, 2, ..., 10 req/s
+    times = loadplan.arrival_times(10, "inf", math.inf, 0, ("linear", 1.0, 10.0))
+    assert gaps_of(times) == pytest.approx([1 / r for r in range(1, 11)])
+    times = loadplan.arrival_times(5, "inf", math.inf, 0, ("exponential", 1.0, 16.0))
+    assert gaps_of(times) == pytest.approx([1, 1 / 2, 1 / 4, 1 / 8, 1 / 16])
+    # Poisson: no rescaling (as vllm), the mean gap of each quarter follows the rate, and the draw is seeded
+    times = loadplan.arrival_times(4000, "inf", 1.0, 5, ("linear", 2.0, 20.0))
+    gaps = gaps_of(times)
+    for quarter in range(4):
+        part = range(1000 * quarter, 1000 * (quarter + 1))
+        expected = statistics.fmean(1 / (2 + 18 * i / 3999) for i in part)
+        assert statistics.fmean(gaps[i] for i in part) == pytest.approx(expected, rel=0.08)
+    assert times == loadplan.arrival_times(4000, "inf", 1.0, 5, ("linear", 2.0, 20.0))
+    assert loadplan.arrival_times(0, "inf", 1.0, 5, ("linear", 2.0, 20.0)) == []
 
 
 # ---- datasets --------------------------------------------------------------------------------------------------------
@@ -477,7 +517,14 @@ def test_a_growing_server_is_flagged_as_a_leak(serve_campaign):
 def test_cpu_serve_runs_as_a_real_slurm_job(engine, tmp_path):
     from .test_engine import passed_on_slurm
 
-    spec = serve_variant(tmp_path, "serve-slurm", "load:\n  num_prompts: 24\n  request_rate: 12\n")
+    # with vllm bench serve's linear ramp-up from 4 to 20 req/s (request_rate back to inf, as the ramp asks)
+    ramp = "  request_rate: inf\n  ramp_up_strategy: linear\n  ramp_up_start_rps: 4\n  ramp_up_end_rps: 20\n"
+    spec = serve_variant(tmp_path, "serve-slurm", "load:\n  num_prompts: 24\n" + ramp)
     store, run, v = passed_on_slurm(spec, tmp_path, timeout_s=500)
     assert store.metrics(run.id)["completed"] == 24
-    assert len(jsonl(Path(run.run_dir) / "serve-requests.jsonl")) == 24 + 2
+    records = jsonl(Path(run.run_dir) / "serve-requests.jsonl")
+    assert len(records) == 24 + 2
+    # each request went out no earlier than the ramp's schedule (rate inf alone would send all 24 at once)
+    due = loadplan.arrival_times(24, "inf", 1.0, 0, ("linear", 4.0, 20.0))
+    sent = {r["index"]: r["send_s"] for r in records if not r["warmup"]}
+    assert due[-1] > 1.0 and all(sent[i] >= due[i] - 0.005 for i in range(24)), (due, sent)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from dsv4ctl.specload import load_spec
@@ -44,6 +45,25 @@ def test_rate_without_a_cap_on_one_card_warns(write_spec):
     assert "load.max_concurrency" not in paths(findings(write_spec, "request_rate: 4\nmax_concurrency: 4"))
     multi = findings(write_spec, "request_rate: 4", 'slurm:\n  gres: "dcu:8"\n')
     assert "load.max_concurrency" not in paths(multi)
+
+
+@pytest.mark.parametrize("lines,said", [
+    ("ramp_up_strategy: linear\nramp_up_start_rps: 1\nramp_up_end_rps: 8\nrequest_rate: 4", "leave request_rate out"),
+    ("ramp_up_strategy: linear\nramp_up_start_rps: 1", "both ramp_up_start_rps and ramp_up_end_rps"),
+    ("ramp_up_strategy: exponential\nramp_up_start_rps: 9\nramp_up_end_rps: 8", "is above ramp_up_end_rps"),
+    ("ramp_up_strategy: linear\nramp_up_start_rps: 0\nramp_up_end_rps: 8", "greater than 0"),
+    ("ramp_up_start_rps: 1\nramp_up_end_rps: 8", "need ramp_up_strategy"),
+    ("ramp_up_strategy: linear\nramp_up_start_rps: 1\nramp_up_end_rps: 8\nduration_s: 30", "does not combine"),
+    ("ramp_up_strategy: step\nramp_up_start_rps: 1\nramp_up_end_rps: 8", "linear"),
+])
+def test_ramp_up_is_checked_like_vllm_bench_serve(write_spec, lines, said):
+    found = findings(write_spec, lines)
+    assert any(s == "error" and p.startswith("load") and said in m for s, p, m in found), found
+
+
+def test_a_ramp_up_is_named_in_the_concurrency_warning(write_spec):
+    found = findings(write_spec, "ramp_up_strategy: exponential\nramp_up_start_rps: 1\nramp_up_end_rps: 16")
+    assert any("exponential ramp-up to 16 req/s with no concurrency cap" in m for _, _, m in found), found
 
 
 def test_missing_or_malformed_jsonl_dataset_is_an_error(write_spec, tmp_path):

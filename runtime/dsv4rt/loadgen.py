@@ -172,7 +172,10 @@ class Driver:
 
     async def fixed(self, session, gate, prompts: list[Prompt], t0: float) -> list[dict[str, Any]]:
         """num_prompts requests at vllm's arrival times."""
-        due = arrival_times(len(prompts), self.load["request_rate"], self.load["burstiness"], self.load["seed"])
+        ramp = ((self.load["ramp_up_strategy"], self.load["ramp_up_start_rps"], self.load["ramp_up_end_rps"])
+                if self.load.get("ramp_up_strategy") else None)
+        due = arrival_times(len(prompts), self.load["request_rate"], self.load["burstiness"], self.load["seed"],
+                            ramp)
         records = [new_record(i, False, p) for i, p in enumerate(prompts)]
         tasks = []
         for i, (prompt, at) in enumerate(zip(prompts, due)):

@@ -6,6 +6,8 @@ so our figures mean what its figures mean:
   arrivals  request_rate inf: every request at t=0; else gaps drawn from gamma(shape=burstiness,
             scale=1/(rate*burstiness)) (burstiness 1 = Poisson), cumulated, then rescaled so the last arrival is
             at num_prompts/rate ("to stabilize throughput across seeds"). The first request waits one gap too.
+            A ramp-up (linear | exponential from ramp_up_start_rps to ramp_up_end_rps) draws request i's gap at
+            the rate reached at progress i/(n-1), with no rescaling.
   random    per request, input and output lengths uniform in [floor(L*(1-r)), ceil(L*(1+r))] (output at least 1),
             an offset in [0, vocab); the prompt is the ids allowed[(offset + index + k) % len(allowed)], where
             allowed is the vocabulary minus the special tokens. vLLM decodes and re-encodes that into text; we send
@@ -136,8 +138,29 @@ def special_token_ids(model_dir: Path) -> set[int]:
 # ---- arrivals --------------------------------------------------------------------------------------------------------
 
 
-def arrival_times(n: int, request_rate: float | str, burstiness: float, seed: int) -> list[float]:
-    """Seconds from the load's start at which each of n requests is due (vllm's get_request)."""
+RAMP_UP_STRATEGIES = ("linear", "exponential")
+
+
+def ramp_rate(strategy: str, start_rps: float, end_rps: float, index: int, n: int) -> float:
+    """Request `index`'s rate under a ramp-up (vllm's _get_current_request_rate): progress = index / (n - 1), the
+    rate goes from start to end linearly or geometrically."""
+    progress = index / max(n - 1, 1)
+    if strategy == "linear":
+        return start_rps + (end_rps - start_rps) * progress
+    if strategy == "exponential":
+        return start_rps * (end_rps / start_rps) ** progress
+    raise ValueError(f"unknown ramp-up strategy {strategy!r}; known: {', '.join(RAMP_UP_STRATEGIES)}")
+
+
+def arrival_times(n: int, request_rate: float | str, burstiness: float, seed: int,
+                  ramp_up: tuple[str, float, float] | None = None) -> list[float]:
+    """Seconds from the load's start at which each of n requests is due (vllm's get_request). With a ramp-up
+    (strategy, start_rps, end_rps) each gap is drawn at its request's own rate, and nothing is rescaled (as vllm)."""
+    if ramp_up is not None:
+        strategy, start, end = ramp_up
+        draw = random.Random(seed)
+        return list(itertools.accumulate(
+            gap(draw, ramp_rate(strategy, start, end, i, n), burstiness) for i in range(max(n, 0))))
     rate = math.inf if request_rate == "inf" else float(request_rate)
     if n <= 0 or rate == math.inf:
         return [0.0] * max(n, 0)
@@ -147,6 +170,15 @@ def arrival_times(n: int, request_rate: float | str, burstiness: float, seed: in
         scale = (n / rate) / times[-1]
         times = [t * scale for t in times]
     return times
+
+
+def gap(draw: random.Random, rate: float, burstiness: float) -> float:
+    """One inter-arrival gap at `rate`: 0 at inf, 1/rate at infinite burstiness, else gamma(b, 1/(rate*b))."""
+    if rate == math.inf:
+        return 0.0
+    if burstiness == math.inf:
+        return 1.0 / rate
+    return draw.gammavariate(burstiness, 1.0 / (rate * burstiness))
 
 
 class RandomGaps:
@@ -160,11 +192,7 @@ class RandomGaps:
         return self
 
     def __next__(self) -> float:
-        if self.rate == math.inf:
-            return 0.0
-        if self.burstiness == math.inf:
-            return 1.0 / self.rate
-        return self.rng.gammavariate(self.burstiness, 1.0 / (self.rate * self.burstiness))
+        return gap(self.rng, self.rate, self.burstiness)
 
 
 # ---- the server's streamed answer ---------------------------------------------------------------------------------
