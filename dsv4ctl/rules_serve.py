@@ -26,9 +26,12 @@ def rate_has_a_cap(spec: ExperimentSpec) -> Iterator[Finding]:
         return
     cards = spec.slurm.accelerators() or 1
     if cards * spec.slurm.nodes <= 1:
-        rate = ("every request at once (rate inf)" if load.request_rate == "inf" else f"{load.request_rate:g} req/s")
         if load.ramp_up_strategy:
             rate = f"{load.ramp_up_strategy} ramp-up to {load.ramp_up_end_rps:g} req/s"
+        elif load.request_rate == "inf":
+            rate = "every request at once (rate inf)"
+        else:
+            rate = f"{load.request_rate:g} req/s"
         yield Finding("warning", "load.max_concurrency",
                       f"{rate} with no concurrency cap on a 1-card run: the queue, not the engine, sets the latency",
                       "vllm bench serve's --max-concurrency: without it TTFT grows with the backlog (issue 14)")

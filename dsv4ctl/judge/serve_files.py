@@ -160,7 +160,7 @@ class ServeEvidence:
     memory: JsonlRead
     server_facts: LogFacts | None  # None: no server.log
     eos_ids: frozenset[int]
-    shutdown_line: int | None = None  # server.log's first shutdown line
+    server_log: Path | None = None
 
 
 def shutdown_line(path: Path) -> int | None:
@@ -191,8 +191,7 @@ def read_evidence(run_dir: Path, serve: dict[str, Any], snapshot: dict[str, Any]
         server_facts = parse_file(str(server_log))
     except OSError:
         server_facts = None
-    return ServeEvidence(requests, memory, server_facts, _eos_ids(serve, snapshot),
-                         shutdown_line(server_log) if server_facts is not None else None)
+    return ServeEvidence(requests, memory, server_facts, _eos_ids(serve, snapshot), server_log)
 
 
 def judge_serve_run(facts: LogFacts, scheduler: SchedulerSummary | None, snapshot: dict[str, Any] | None,
@@ -260,9 +259,10 @@ def _join(verdict: Verdict, judgement: ServeJudgement, evidence: ServeEvidence, 
         verdict.reasons.insert(0, f"server.log: {cause.family} error at line {cause.line} ended the server: "
                                   f"{cause.message.splitlines()[0][:300] if cause.message else cause.kind}")
     elif cause is not None:
-        stopping = evidence.shutdown_line is not None and cause.line > evidence.shutdown_line
-        when = (f"during the server's shutdown (begun at line {evidence.shutdown_line}), after the load completed"
-                if stopping else "although the load completed")
+        # read again only here, on an error after a good load: a clean server.log is scanned once
+        begun = shutdown_line(evidence.server_log) if evidence.server_log is not None else None
+        when = (f"during the server's shutdown (begun at line {begun}), after the load completed"
+                if begun is not None and cause.line > begun else "although the load completed")
         judgement.findings.append(f"server.log has an error at line {cause.line} {when}: "
                                   f"{cause.message.splitlines()[0][:200] if cause.message else cause.kind}")
     if evidence.requests.missing and verdict.status == "coherent":
