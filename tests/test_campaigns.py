@@ -170,7 +170,8 @@ def test_suite_on_the_cluster_prints_the_matrix_with_failures_and_skips(cluster,
 
 @pytest.mark.engine
 def test_the_cpu_regression_suite_passes_on_the_real_engine(tmp_path):
-    from .test_engine import ENGINE_PYTHON, MODEL
+    from .conftest import ENGINE_PYTHON
+    from .test_engine import MODEL
 
     if not ENGINE_PYTHON.exists() or not (MODEL / "dsv4ctl-build.json").exists():
         pytest.fail("no CPU engine: ./scripts/test builds it")

@@ -20,10 +20,9 @@ from dsv4ctl.store import open_store
 from dsv4ctl.judge.rules import VerdictOptions
 from dsv4ctl.watch import watch
 
-from .conftest import EXPERIMENTS, ROOT
+from .conftest import ENGINE_PYTHON, EXPERIMENTS, ROOT
 
 pytestmark = pytest.mark.engine
-ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
 MODEL = ROOT / "models" / "tiny-qwen2"
 SMOKE = EXPERIMENTS / "cpu-smoke.yaml"
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,9 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from .conftest import EXPERIMENTS, ROOT
-
-ENGINE_PY = ROOT / ".venv-engine" / "bin" / "python"
+from .conftest import EXPERIMENTS, ROOT, needs_engine_venv, vllm_anchor
 
 sys.path.insert(0, str(ROOT / "runtime"))
 
@@ -80,14 +76,11 @@ print("ANCHOR " + json.dumps([_get_current_request_rate(s, a, b, i, n, float("in
 """
 
 
-@pytest.mark.skipif(not ENGINE_PY.exists(), reason="no engine venv (.venv-engine) with vllm")
+@needs_engine_venv
 def test_ramp_up_rates_equal_vllm_bench_serves():
     cases = [(s, a, b, i, n) for s in loadplan.RAMP_UP_STRATEGIES for a, b in ((1, 10), (2, 2), (3, 100))
              for n in (1, 2, 7, 64) for i in range(n)]
-    done = subprocess.run([str(ENGINE_PY), "-c", RAMP_ANCHOR], input=json.dumps(cases), capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    theirs = json.loads(next(l for l in done.stdout.splitlines() if l.startswith("ANCHOR "))[7:])
+    theirs = vllm_anchor(RAMP_ANCHOR, cases)
     assert [loadplan.ramp_rate(*case) for case in cases] == theirs  # to the bit
 
 

@@ -4,10 +4,7 @@ on hand-made run directories (passed, a failed request, a server that died, EOS 
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -16,10 +13,9 @@ from dsv4ctl.judge.files import judge_files
 from dsv4ctl.judge.serve_rules import judge_serve, memory_trend
 from dsv4ctl.judge.serving import percentile, summarise
 
-from .conftest import ROOT
+from .conftest import needs_engine_venv, vllm_anchor
 from .serving_runs import EOS, flat_memory, growing_memory, load_records, record, serve_spec, write_run
 
-ENGINE_PY = ROOT / ".venv-engine" / "bin" / "python"
 PCTS = (50, 90, 95, 99)
 
 # Runs in the engine's venv: vllm's own calculate_metrics on the same records, flattened to the save-result names.
@@ -63,15 +59,11 @@ def anchor_records(seed: int) -> list[dict]:
     return out
 
 
-@pytest.mark.skipif(not ENGINE_PY.exists(), reason="no engine venv (.venv-engine) with vllm")
+@needs_engine_venv
 def test_summarise_equals_vllm_calculate_metrics():
     records = anchor_records(3)
     payload = {"records": records, "duration": 5.25, "percentiles": list(PCTS), "goodput": {"ttft": 300, "tpot": 20}}
-    done = subprocess.run([str(ENGINE_PY), "-c", VLLM_ANCHOR], input=json.dumps(payload), capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    line = next(l for l in done.stdout.splitlines() if l.startswith("ANCHOR "))
-    theirs = {VLLM_NAMES.get(k, k): v for k, v in json.loads(line[7:]).items()}
+    theirs = {VLLM_NAMES.get(k, k): v for k, v in vllm_anchor(VLLM_ANCHOR, payload).items()}
     ours = summarise(records, 5.25, {"ttft_ms": 300, "tpot_ms": 20})
     theirs.pop("rtfx", None)  # speech-to-text only
     assert set(theirs) <= set(ours)
