@@ -1,4 +1,5 @@
-"""Rewrite (or, with --check, verify) the `--help` blocks embedded in README.md.
+"""Rewrite (or, with --check, verify) the `--help` blocks embedded in the docs (the cog approach: generated from the
+CLI, checked by the tests, so they cannot drift).
 
 Blocks sit between `<!-- help: CMD -->` and `<!-- /help -->`; CMD is a dsv4ctl command or `dsv4ctl` itself.
 """
@@ -12,7 +13,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"(<!-- help: (?P<cmd>[\w-]+) -->\n)```text\n.*?```\n(<!-- /help -->)", re.S)
 
 
@@ -30,14 +32,19 @@ def render(text: str) -> str:
 
 
 def main() -> int:
-    text = README.read_text(encoding="utf-8")
-    new = render(text)
-    if "--check" in sys.argv:
-        if new != text:
-            print("README.md help blocks are stale: run `.venv/bin/python scripts/readme_help.py`")
-            return 1
-        return 0
-    README.write_text(new, encoding="utf-8")
+    stale = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        new = render(text) if "<!-- help: " in text else text
+        if new == text:
+            continue
+        if "--check" in sys.argv:
+            stale.append(str(page.relative_to(ROOT)))
+        else:
+            page.write_text(new, encoding="utf-8")
+    if stale:
+        print(f"help blocks are stale in {', '.join(stale)}: run `.venv/bin/python scripts/help_blocks.py`")
+        return 1
     return 0
 
 
