@@ -11,7 +11,7 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from . import limits
 from . import switches as switch_registry
@@ -152,7 +152,15 @@ class PerfBound(_Strict):
 
     max: float | None = None
     min: float | None = None
-    tolerance: str | float = Field(0.0, description="Slack on the bound: a fraction (0.05) or a percentage ('5%').")
+    tolerance: str | int | float = Field(0.0, description="Slack on the bound: a percentage ('5%') or a fraction "
+                                                          "below 1 (0.05); a bare 5 is refused (it would mean 500%).")
+
+    @field_validator("tolerance", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # pydantic would read `true` as 1, that is 100%
+            raise ValueError(f"tolerance {str(value).lower()} is not a number: write 5% or 0.05")
+        return value
 
     @model_validator(mode="after")
     def _one_bound(self) -> "PerfBound":

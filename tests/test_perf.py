@@ -193,3 +193,71 @@ def test_the_suite_matrix_shows_the_reference_check_beside_the_result(tmp_path):
     cases = {c.case: c for c in suite_matrix(store, "nightly", [])}
     assert cases["a-good"].ok and cases["a-good"].reference == "1/3 outside"  # correct, so still PASS
     assert cases["b-unreferenced"].reference == "-"
+
+
+# ---- issue 29 point 6 / S10: a tolerance means what it says ------------------------------------------------------
+
+
+@pytest.mark.parametrize("bare", [5, "5", 5.0, " 5 ", 1, "1", 1.5, 99])
+def test_a_bare_tolerance_of_1_or_more_is_refused_as_a_hidden_percentage(bare):
+    with pytest.raises(PerfReferenceError, match=r"would mean \d+%: write \S+% or 0\.\d+$"):
+        parse_tolerance(bare)
+    with pytest.raises(PerfReferenceError, match=r"100 would mean 10000%: write 100%$"):  # never "or 1"
+        parse_tolerance(100)
+
+
+def test_a_bare_fraction_below_1_and_any_percentage_stay_accepted():
+    assert parse_tolerance(0.05) == parse_tolerance("0.05") == pytest.approx(parse_tolerance("5%"))
+    assert parse_tolerance(0) == parse_tolerance("0%") == 0.0 and parse_tolerance(0.999) == 0.999
+    assert parse_tolerance("150%") == pytest.approx(1.5) and parse_tolerance("1000%") == pytest.approx(10)
+    for bad in ("1000.1%", "nan", "nan%", "inf%", "-5%", "1e400%"):
+        with pytest.raises(PerfReferenceError, match="out of range"):
+            parse_tolerance(bad)
+
+
+def test_the_message_says_what_5_would_mean_and_what_to_write():
+    with pytest.raises(PerfReferenceError) as refused:
+        parse_tolerance(5)
+    assert str(refused.value).endswith("5 would mean 500%: write 5% or 0.05")
+
+
+@pytest.mark.parametrize("bare", ["5", '"5"', "2.5"])
+def test_the_spec_refuses_a_bare_tolerance_with_its_location(write_spec, bare):
+    from dsv4ctl.specload import load_spec
+
+    path = write_spec(BASE_SPEC + f"expect:\n  perf:\n    gen_s: {{max: 30, tolerance: {bare}}}\n")
+    [point] = load_spec(path)
+    assert point.spec is None
+    [error] = point.errors
+    assert "would mean" in error.message and "%: write" in error.message
+    assert error.location is not None and error.location.file == str(path)
+
+
+def run_main(capsys, *args) -> tuple[int, str, str]:
+    """The CLI as a shell runs it: errors become one line on stderr and an exit code."""
+    from dsv4ctl.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return exited.value.code or 0, out, err
+
+
+def test_reference_set_refuses_a_bare_tolerance_and_stores_nothing(cli, tmp_path, capsys):
+    db = tmp_path / "r.db"
+    _ingest(cli, tmp_path, db, "P1", 60)
+    for bare in ("5", "1"):
+        code, _, err = run_main(capsys, "reference", "set", "j17", "--from", "P1", "--tolerance", bare, "--db", db)
+        assert code == 2 and "would mean" in err and len(err.strip().splitlines()) <= 2, err
+    from dsv4ctl.store import open_store
+
+    assert open_store(db).db.execute("SELECT COUNT(*) FROM perf_references").fetchone()[0] == 0
+    done = cli("reference", "set", "j17", "--from", "P1", "--tolerance", "0.05", "--db", db, "--json")
+    assert json.loads(done.output)["perf"]["gen_s"]["tolerance"] == "5%"
+
+
+def test_the_spec_refuses_a_boolean_tolerance_rather_than_reading_it_as_100_percent(write_spec):
+    from dsv4ctl.specload import load_spec
+
+    [point] = load_spec(write_spec(BASE_SPEC + "expect:\n  perf:\n    gen_s: {max: 30, tolerance: true}\n"))
+    assert point.spec is None and "not a number" in point.errors[0].message
