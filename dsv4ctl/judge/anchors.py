@@ -7,9 +7,9 @@ from __future__ import annotations
 ANCHORS: tuple[bytes, ...] = (
     b"###", b"TOKEN_IDS", b"ENGINE_READY", b"SERVER_READY", b"PY_EXIT=", b"DSV4_METRICS", b"DSV4_EXPECT", b"DSV4_VERDICT",
     b"DSV4_SETUP_ERROR", b"DSV4_JOB", b"DSV4_FAULT", b"[DSV4_DIAG]", b"DSV4_SERVE", b"DSV4_REQUEST_ERROR",
-    b"Traceback (most recent call last)", b"Error", b"Exception:",
+    b"Traceback (most recent call last)", b"Error", b"Exception:", b"ERROR", b"CRITICAL", b"FATAL",
     b"evice-side assert", b"Memory access fault", b"VMFault", b"HSA_STATUS_ERROR", b"CUDA error", b"Cuda error",
-    b"HIP error", b"Watchdog caught", b"NCCL error", b"slurmstepd", b" died", b"memory pressure", b"Check failed",
+    b"HIP error", b"Watchdog caught", b"NCCL error", b"slurmstepd", b" died", b"memory pressure", b"Check failed", b"aborting with error", b"exception=",
     b"Lmod has detected", b"command not found",
     b"Generated text", b"CompletionOutput(", "begin▁of▁sentence｜><｜begin".encode(),
 )

@@ -35,6 +35,9 @@ class Traceback:
     last_source: str = ""  # the source line of the innermost frame (an `assert ...` says what was asserted)
     evidence: list[str] = field(default_factory=list)
     level: str | None = None  # the logger level its lines carried, if any
+    # ERROR/CRITICAL logger records of the same process just above the header, nearest first: (line, text). They
+    # say what happened when the traceback's own exception line is missing (cut paste, split logger record).
+    records_above: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -99,6 +102,8 @@ class TracebackCapture(Capture):
             return MORE
         if content.startswith("Traceback (most recent call last)"):
             return MORE
+        if content.startswith(("During handling of the above exception", "The above exception was the direct")):
+            return REJECT  # the traceback ended without its exception line; the next one is chained to it
         tb.exc_line = line_no
         exc_type, _, message = content.partition(":")
         tb.exc_type = exc_type.strip()[:200]

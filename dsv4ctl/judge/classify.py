@@ -53,13 +53,13 @@ EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
 # (family, kind, pattern); searched in the line's text after its prefixes.
 LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("device", "gpu_memory_fault", re.compile(r"Memory access fault by GPU|VMFault")),
-    ("device", "hsa_error", re.compile(r"HSA_STATUS_ERROR\w*")),
+    ("device", "hsa_error", re.compile(r"HSA_STATUS_ERROR\w*|Queue 0x[0-9a-f]+ aborting with error")),
     ("device", "device_assert", re.compile(r"Device-side assert|[Dd]evice-side assertion .*failed")),
     ("device", "device_error", re.compile(r"Failed: (?:Cuda|CUDA|HIP) error|CUDA driver error|GPU is lost")),
     ("collective", "collective_timeout", re.compile(r"Watchdog caught collective operation timeout")),
     ("collective", "collective_error", re.compile(r"ncclInternalError|ncclSystemError|ncclUnhandledCudaError"
                                                   r"|NCCL error in:")),
-    ("worker_death", "worker_died", re.compile(r"died unexpectedly|\bpid \d+ died, exit code: -?\d+"
+    ("worker_death", "worker_died", re.compile(r"died unexpectedly|A worker died or was killed|\bpid \d+ died, exit code: -?\d+"
                                                r"|killed due to memory pressure|Worker process .* died"
                                                r"|Engine process \(pid \d+\) died")),  # V0 serve's MQLLMEngine
     ("worker_death", "fatal_check", re.compile(r"\bCheck failed: ")),  # a C++ process's fatal CHECK (glog, Ray)
@@ -82,10 +82,11 @@ WRAPPERS = re.compile(
     r"|WorkerProc failed to start|Worker failed with error|check the stack trace above|See root cause above"
     r"|See stack trace \(above\)|EngineDeadError|MQEngineDeadError|AsyncEngineDeadError|EngineGenerateError"
     r"|RayTaskError|ActorDiedError|RaySystemError|ChildProcessError|Executor failed|Got fatal signal from worker"
-    r"|MQLLMEngine is already dead|Engine iteration timed out|CancelledError|Scheduler hit an exception"
+    r"|LLMEngine is already dead|Engine iteration timed out|CancelledError|Scheduler hit an exception"
     r"|scheduler is dead|Received sigquit from a child process|EngineCore encountered a fatal error"
     r"|^SystemExit|^KeyboardInterrupt|BrokenProcessPool|Call to collective_rpc method failed"
-    r"|failed with exit code|Subprocess .* (?:failed|died)"
+    r"|failed with exit code|Subprocess .* (?:failed|died)|Engine background task failed"
+    r"|Future exception was never retrieved|Exception in callback|Task exception was never retrieved"
     # Timeouts of a process waiting on another: the echo of a hang or a death elsewhere.
     r"|RPC call to \w+ timed out|^asyncio\.(?:exceptions\.)?TimeoutError$")
 
@@ -98,6 +99,47 @@ NOISE_TEXT: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("shutdown", re.compile(r"libcudart is not loaded")),
     ("usage_thread", re.compile(r"_report_usage_worker")),
 )
+
+
+# Logger records (vLLM, SGLang, Ray, glog/c10, Ascend's `[ERROR]`, Python logging's `- ERROR -`) are error evidence
+# by their level and their text: an ERROR/CRITICAL record counts when its text names an error. One whose text names
+# a specific family (device, oom, collective, compile) counts like any error line; any other is weak evidence,
+# chosen only when no stronger error is in the log, and never ends a run that printed its results.
+NAMES_ERROR = re.compile(
+    r"error|exception|\bfail(?:ed|ure|s|ing)?\b|fatal|timed out|timeout|out of memory|\bOOM\b|abort|killed|died"
+    r"|\bdead\b|crash|fault|segmentation|unable to|cannot|can't|could not|couldn't|not supported|unsupported"
+    r"|refused|denied|panic|\binvalid\b", re.I)
+STRONG_RECORD_FAMILIES = frozenset({"device", "oom", "collective", "compile"})
+# A level written by the program or a log shipper inside the line's text (after any learned prefix).
+RECORD_LEVEL = re.compile(r"^.{0,80}?(?:\[(?:ERROR|Error|error|CRITICAL|Critical|FATAL|Fatal)\]|\| (?:ERROR|CRITICAL) +\|"
+                          r"| - (?:ERROR|CRITICAL) - |^(?:ERROR|CRITICAL|FATAL)(?::| \S))")
+
+
+ERROR_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL"})
+
+
+def names_error(text: str) -> bool:
+    return bool(NAMES_ERROR.search(text))
+
+
+def error_record(level: str | None, content: str) -> str | None:
+    """The message of an ERROR/CRITICAL logger record that names an error, else None. `level` is the logger head's
+    level when the scanner took one off; otherwise a level token in the text itself is looked for."""
+    if level is not None:
+        message = content if level in ERROR_LEVELS else None
+    else:
+        m = RECORD_LEVEL.match(content)
+        message = content[m.end():] if m else None
+    if message is None:
+        return None
+    message = message.strip()
+    return message if len(message) >= 8 and names_error(message) else None
+
+
+def record_family(text: str) -> str:
+    """The family of a logger record's text: a stand-alone error line's family, else an exception's."""
+    found = line_error(text)
+    return found[0] if found else exception_family(text)
 
 
 def exception_family(text: str) -> str:

@@ -61,6 +61,7 @@ class LogFacts:
     tracebacks: list[Traceback] = field(default_factory=list)
     line_errors: list[Event] = field(default_factory=list)  # device/collective/death lines outside tracebacks
     orphan_exceptions: list[Event] = field(default_factory=list)  # `Type: message` lines outside any traceback
+    logged_errors: list[Event] = field(default_factory=list)  # ERROR/CRITICAL logger records naming an error
     scheduler_events: list[Event] = field(default_factory=list)
     unreadable: list[Event] = field(default_factory=list)  # marker lines that could not be read: never a pass
     noise: list[Event] = field(default_factory=list)

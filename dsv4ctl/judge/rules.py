@@ -99,7 +99,9 @@ def options_for_spec(snapshot: dict[str, Any]) -> VerdictOptions:
 
 
 def _traceback_blocker(tb) -> Blocker:
-    links = [tb.text, *[c for c in tb.chain if c != "(chained)"]]
+    if not tb.exc_type and not tb.message:
+        return _headless_blocker(tb)
+    links = [link for link in (tb.text, *[c for c in tb.chain if c != "(chained)"]) if link]
     text = "\n".join(links)
     real = [link for link in links if not classify.is_wrapper(link)]
     # An assert's own source line says what was asserted (`assert is_fa_version_supported(...)`).
@@ -108,6 +110,39 @@ def _traceback_blocker(tb) -> Blocker:
     kind = "device_error" if family == "device" else "exception"
     return Blocker(tb.exc_line or tb.line, kind, text, exc_type=tb.exc_type, process=tb.process, family=family,
                    evidence=list(tb.evidence), wrapper=not real)
+
+
+def _headless_blocker(tb) -> Blocker:
+    """A traceback whose exception line is missing (a cut paste, a logger that split the record, a rank that died
+    mid-print): its message comes from the best evidence near it. First the ERROR record of its process just above
+    the header that names an error (`Failed to create ... weights: CUDA out of memory`), nearest first; else the
+    exceptions chained after it; else the earliest generic record of that run (`Engine iteration timed out`)
+    or chained wrapper. With none of these it says that its exception line is missing, and counts as a wrapper:
+    any other error in the log explains more."""
+    chained = [c for c in tb.chain if c and c != "(chained)"]
+    frames = list(tb.evidence) or ([tb.last_source] if tb.last_source else [])
+    records = tb.records_above
+    record = next(((line, text) for line, text in records if not classify.is_wrapper(text)), None)
+    if record is None and not any(not classify.is_wrapper(c) for c in chained) and records:
+        record = records[-1]
+    if record is not None:
+        line, text = record
+        found = classify.line_error(text)
+        family = found[0] if found else classify.exception_family(text)
+        kind = found[1] if found else ("device_error" if family == "device" else "logged_error")
+        return Blocker(line, kind, text, process=tb.process, family=family,
+                       evidence=[text[:300], "Traceback (most recent call last):", *frames][:6],
+                       wrapper=classify.is_wrapper(text))
+    if chained:
+        real = [link for link in chained if not classify.is_wrapper(link)]
+        family = classify.exception_family("\n".join(real or chained))
+        return Blocker(tb.line, "device_error" if family == "device" else "exception", "\n".join(real or chained),
+                       exc_type=(real or chained)[0].split(":", 1)[0][:200], process=tb.process, family=family,
+                       evidence=frames, wrapper=not real)
+    context = f"{tb.context} " if tb.context else ""
+    where = f" (innermost frame: {tb.last_source})" if tb.last_source else ""
+    return Blocker(tb.line, "exception", f"{context}Traceback (most recent call last): its exception line is "
+                   f"missing{where}", process=tb.process, family="python", evidence=frames, wrapper=True)
 
 
 def main_path_errors(facts: LogFacts) -> list[Blocker]:
@@ -120,17 +155,30 @@ def main_path_errors(facts: LogFacts) -> list[Blocker]:
                for e in facts.orphan_exceptions]
     errors += [Blocker(e.line, "setup_error", e.text, process=e.process, family="setup", evidence=list(e.evidence))
                for e in facts.setup_errors]
+    errors += [Blocker(e.line, e.kind, e.text, process=e.process, family=e.family, evidence=list(e.evidence),
+                       wrapper=classify.is_wrapper(e.text)) for e in facts.logged_errors]
     errors += [_traceback_blocker(tb) for tb in facts.tracebacks if not tb.noise]
     return sorted(errors, key=lambda b: b.line)
 
 
+def is_weak(error: Blocker) -> bool:
+    """A logger record that names an error but no specific family: evidence, not a root cause, while anything
+    stronger is in the log."""
+    return error.kind == "logged_error" and error.family not in classify.STRONG_RECORD_FAMILIES
+
+
 def root_cause(errors: list[Blocker]) -> Blocker | None:
-    """The earliest error of the most specific family; wrappers only when nothing else is there."""
-    pool = [e for e in errors if not e.wrapper] or errors
+    """The earliest error of the most specific family; weak logger records only when no other error is there,
+    wrappers only when nothing else is."""
+    pool = ([e for e in errors if not e.wrapper and not is_weak(e)] or [e for e in errors if not e.wrapper]
+            or errors)
     if not pool:
         return None
     best = min(classify.rank(e.family) for e in pool)
-    return next(e for e in pool if classify.rank(e.family) == best)
+    ranked = [e for e in pool if classify.rank(e.family) == best]
+    # The same error is often both logged (`ERROR ... RuntimeError('CUDA error: ...')`) and raised: the raised
+    # exception, with its traceback, is the line to name.
+    return next((e for e in ranked if e.kind != "logged_error"), ranked[0])
 
 
 def _scheduler_killed(facts: LogFacts, scheduler: SchedulerSummary | None) -> str | None:
@@ -168,7 +216,7 @@ def judge(facts: LogFacts, scheduler: SchedulerSummary | None = None,
 
     # Results printed by the probe make later errors noise (they are marked so by the scan); a third-party log
     # has no such line, so an error anywhere in it counts.
-    error_ends_run = cause is not None and (not has_results or facts.results_line is None
+    error_ends_run = cause is not None and (not has_results or (facts.results_line is None and not is_weak(cause))
                                             or cause.family == "setup")
     if cause is not None and cause.family == "device":
         status = "device_error"

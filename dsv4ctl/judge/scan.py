@@ -48,6 +48,16 @@ FAST_COUNT_BYTES = 64 << 20  # from this log size on, importing numpy (~50 ms) t
 _ORPHAN_EXCEPTION = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure))"
                                r"(?::\s?(?P<msg>.*))?$")
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "WARN"})
+# An exception line behind a prefix the scanner did not learn (a three-line paste, a launcher nobody has seen):
+# accepted only when what precedes it looks like a prefix (timestamps, [tags], (process) tags, an error level).
+_EXCEPTION_IN_LINE = re.compile(r"(?:^|(?<=[\s|\]):]))(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)"
+                                r"(?::\s.*|:?$))")
+_PREFIX_PARTS = re.compile(r"\[[^\]]{0,80}\]|\([^)]{0,80}\)|\b(?:ERROR|CRITICAL|FATAL|Error|E\d{3,4})\b|pid=\d+")
+# `exception=RayTaskError(RuntimeError)(RuntimeError('probability tensor ...'))`: asyncio's report of a future that
+# failed holds the exception only as its repr.
+_EXCEPTION_REPR = re.compile(r"exception=(?:[\w.]+\([\w.]+\))?\(?(?P<type>[\w.]*(?:Error|Exception))\((?P<q>['\"])"
+                             r"(?P<msg>.{1,1000}?)(?P=q)\)")
+RECORDS_ABOVE = 8  # lines looked back from a traceback's header for ERROR records of its process
 _MODEL_LOAD = re.compile(r"Model loading took (?P<gib>[0-9.]{1,20}) GiB(?: memory)? and (?P<s>[0-9.]{1,20}) seconds")
 _KV_TOKENS = re.compile(r"(?P<pool>[A-Za-z +]+?) KV cache size: (?P<n>[0-9,]{1,24}) tokens")
 _INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<s>[0-9.]{1,20}) s")
@@ -244,6 +254,29 @@ class LogParser:
             end = begin - 1
         return ""
 
+    def _records_above(self, proc: str | None, buf: bytes, start: int, line_no: int) -> list[tuple[int, str]]:
+        """ERROR/CRITICAL records naming an error among the few lines of the same process above `start`, nearest
+        first, as (line, message). Stops at an earlier traceback's frames."""
+        found: list[tuple[int, str]] = []
+        end = start - 1
+        for back in range(1, RECORDS_ABOVE + 1):
+            if end < 0:
+                break
+            begin = buf.rfind(b"\n", 0, end) + 1
+            heads = self.heads(clean_line(buf[begin:end]))
+            end = begin - 1
+            content = heads.content
+            if heads.process != proc or not content.strip():
+                continue
+            if content[:1] in (" ", "\t") or content.startswith(("File ", "Traceback")):
+                break
+            message = classify.error_record(heads.level, content)
+            if message is None and heads.level in classify.ERROR_LEVELS and _orphan_exception(content):
+                message = content.strip()
+            if message:
+                found.append((line_no - back, message[:1000]))
+        return found
+
     def _dispatch(self, line_no: int, heads: prefixes.Heads, buf: bytes, start: int) -> None:
         facts, content, proc = self.facts, heads.content, heads.process
         if markers.DIAG in content:  # first: debug runs print one per rank per layer (the report's J14-J16)
@@ -290,13 +323,20 @@ class LogParser:
                                                [s[:300] for s in (previous, content.strip()) if s]), "line_errors")
             return
         if heads.level not in _QUIET_LEVELS and ("Error" in content or "Exception" in content):
-            m = _ORPHAN_EXCEPTION.match(content.strip())
-            if m:
-                text = content.strip()[:1000]
+            text = _orphan_exception(content)
+            if text:
                 self._add(facts.orphan_exceptions,
                           Event(line_no, "exception", text, proc, classify.exception_family(text),
                                 [s[:300] for s in (self._previous_line(proc, buf, start), text) if s]),
                           "orphan_exceptions")
+                return
+        if content[:1] not in (" ", "\t") and (heads.level in classify.ERROR_LEVELS
+                                                 or (heads.level is None and _may_hold_level(content))):
+            message = classify.error_record(heads.level, content)
+            if message:
+                self._add(facts.logged_errors, Event(line_no, "logged_error", message[:1000], proc,
+                                                     classify.record_family(message), [content.strip()[:300]]),
+                          "logged_errors")
                 return
         if not self._engine_ready:
             self._engine_line(content)
@@ -509,6 +549,7 @@ class LogParser:
     def _start_traceback(self, line_no: int, heads: prefixes.Heads, context: str, buf: bytes, start: int) -> None:
         proc = heads.process
         tb = Traceback(line=line_no, process=proc, context=context[:300])
+        tb.records_above = self._records_above(proc, buf, start, line_no)
         previous = self._previous_line(proc, buf, start)
         for kind, rx in classify.NOISE_BEFORE:
             if rx.search(previous):
@@ -543,6 +584,30 @@ class LogParser:
             facts.tracebacks.append(tb)
         else:
             facts.dropped["tracebacks"] = facts.dropped.get("tracebacks", 0) + 1
+
+
+def _may_hold_level(content: str) -> bool:
+    return "ERROR" in content or "CRITICAL" in content or "[Error]" in content or "FATAL" in content
+
+
+def _orphan_exception(content: str) -> str | None:
+    """`Type: message` on a line outside any traceback: at the start of the content, or behind what can only be a
+    prefix nobody taught the scanner (no words of its own besides an error level)."""
+    text = content.strip()
+    if _ORPHAN_EXCEPTION.match(text):
+        return text[:1000]
+    if "exception=" in text:
+        m = _EXCEPTION_REPR.search(text)
+        if m:
+            return f"{m.group('type')}: {m.group('msg')}"
+    m = _EXCEPTION_IN_LINE.search(text)
+    if m is None or m.start() == 0:
+        return None
+    before = _PREFIX_PARTS.sub(" ", text[:m.start()])
+    if any(ch.isalpha() for ch in before):
+        return None
+    exc = m.group("exc")
+    return exc[:1000] if _ORPHAN_EXCEPTION.match(exc) else None
 
 
 def _float(text: str) -> float | None:
