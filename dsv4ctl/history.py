@@ -69,6 +69,13 @@ class Step:
     config_changed: bool
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def size(self) -> str:
+        """"+48.9%, x1.489", or "from 0" when the median before is 0 (no finite ratio)."""
+        if not math.isfinite(self.ratio):
+            return "from 0" if self.median_before == 0 else "ratio beyond a float"
+        return f"{(self.ratio - 1) * 100:+.1f}%, x{self.ratio:.3f}"
+
 
 @dataclass(frozen=True)
 class History:
@@ -79,9 +86,21 @@ class History:
     steps: list[Step]
 
     def to_json(self) -> dict[str, Any]:
-        return {"experiment": self.experiment, "metric": self.metric, "by": self.by,
-                "points": [{**asdict(p), "ci": list(p.ci) if all(map(math.isfinite, p.ci)) else None}
-                           for p in self.points], "steps": [asdict(s) for s in self.steps]}
+        """Plain JSON: a number that is not finite (an unbounded interval, a ratio from 0) is null, never Infinity."""
+        return _finite_or_null({
+            "experiment": self.experiment, "metric": self.metric, "by": self.by,
+            "points": [{**asdict(p), "ci": list(p.ci) if all(map(math.isfinite, p.ci)) else None}
+                       for p in self.points], "steps": [asdict(s) for s in self.steps]})
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(v) for v in value]
+    return value
 
 
 # ---- change points ----------------------------------------------------------------------------------------------
@@ -90,7 +109,23 @@ class History:
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return ordered[mid] if len(ordered) % 2 else _midpoint(ordered[mid - 1], ordered[mid])
+
+
+def _midpoint(a: float, b: float) -> float:
+    """(a + b) / 2 without overflow: the sum of two values near 1e308 is infinite, their halves' sum is not."""
+    total = a + b
+    return total / 2 if math.isfinite(total) else a / 2 + b / 2
+
+
+def _rescaled(groups: list[list[float]]) -> list[list[float]]:
+    """The values divided by a power of two near their largest magnitude (exact), so that the squares and sums of
+    change-point detection stay finite whatever the metric's range (1e308 squared is infinite)."""
+    largest = max((abs(v) for g in groups for v in g), default=0.0)
+    if not 0 < largest < math.inf:
+        return groups
+    exponent = math.frexp(largest)[1]
+    return [[math.ldexp(v, -exponent) for v in g] for g in groups]
 
 
 def noise_scale(groups: list[list[float]]) -> float:
@@ -111,6 +146,7 @@ def change_points(groups: list[list[float]], penalty: float | None = None) -> li
     n_total = sum(len(g) for g in groups)
     if m < 2 or n_total < 3:
         return []
+    groups = _rescaled(groups)  # a cut does not depend on the unit, and the sums below stay finite
     flat = [v for g in groups for v in g]
     scale = max(abs(_median(flat)), 1e-12)
     sigma = max(noise_scale(groups), 1e-6 * scale)  # all equal: any change is real, but never divide by zero
@@ -183,9 +219,14 @@ def find_steps(points: list[Point], values: list[list[float]], p_value=None) -> 
             notes.append(f"spec changed ({', '.join(left.spec_hashes)} -> {', '.join(right.spec_hashes)})")
         if left.vllm_versions != right.vllm_versions and (left.vllm_versions or right.vllm_versions):
             notes.append(f"vLLM {', '.join(left.vllm_versions) or '?'} -> {', '.join(right.vllm_versions) or '?'}")
-        steps.append(Step(left.group, right.group, cut, m_before, m_after,
-                          m_after / m_before if m_before else math.inf, p_value(before, after), config, notes))
+        steps.append(Step(left.group, right.group, cut, m_before, m_after, _ratio(m_after, m_before),
+                          p_value(before, after), config, notes))
     return steps
+
+
+def _ratio(after: float, before: float) -> float:
+    """after / before; infinite (shown as "from 0", null in JSON) when before is 0 or the quotient overflows."""
+    return after / before if before else math.inf  # a float quotient that overflows is inf, never an error
 
 
 # ---- the series from the store ----------------------------------------------------------------------------------
@@ -239,9 +280,13 @@ def campaign_histories(store: Any, campaign: str, metric: str) -> list[History]:
 
 
 def sparkline(values: list[float]) -> str:
-    if not values:
-        return ""
-    lo, hi = min(values), max(values)
+    """One bar per value between the lowest and the highest; any finite range (halved first: 1e308 - -1e308
+    overflows), a value that is not finite drawn as a space."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return " " * len(values)
+    lo, hi = min(finite) / 2, max(finite) / 2
     if hi == lo:
-        return SPARKS[len(SPARKS) // 2] * len(values)
-    return "".join(SPARKS[min(len(SPARKS) - 1, int((v - lo) / (hi - lo) * len(SPARKS)))] for v in values)
+        return "".join(SPARKS[len(SPARKS) // 2] if math.isfinite(v) else " " for v in values)
+    return "".join(SPARKS[min(len(SPARKS) - 1, int((v / 2 - lo) / (hi - lo) * len(SPARKS)))] if math.isfinite(v)
+                   else " " for v in values)

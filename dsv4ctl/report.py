@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -289,7 +290,8 @@ def markdown_histories(data: ReportData) -> list[str]:
         lines += ["", f"## History of {md(h.metric)}: {md(h.experiment)} {sparkline([p.median for p in h.points])}",
                   "", "| commit | runs | median |", "|---|---:|---:|"]
         lines += [f"| {md(p.group[:12])} | {p.n} | {p.median:g} |" for p in h.points]
-        lines += [f"- step {md(s.before[:12])} → {md(s.after[:12])}: x{s.ratio:.3f}, p={s.p_value:.2g}"
+        lines += [f"- step {md(s.before[:12])} → {md(s.after[:12])}: "
+                  f"{f'x{s.ratio:.3f}' if math.isfinite(s.ratio) else s.size}, p={s.p_value:.2g}"
                   + (f" ({md('; '.join(s.notes))})" if s.notes else "") for s in h.steps]
     return lines
 

@@ -103,3 +103,59 @@ def test_a_campaign_report_shows_each_experiment_history_up_to_that_campaign(tmp
     assert f"step {shas[1][:12]} → {shas[2][:12]}: x1.489" in render_markdown(data)
     assert "History of gen_s: j17" in render_html(data)
     assert data.to_json()["histories"][0]["steps"][0]["after"] == shas[2]
+
+
+# ---- issue 29 S20: any range of values, JSON without Infinity --------------------------------------------------
+
+
+def _strict_json(text: str):
+    import json
+
+    def refuse(name: str):
+        raise ValueError(f"{name} in JSON output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_medians_of_values_near_the_float_limit_do_not_overflow():
+    runs = [Sample(i, None, f"{i // 4:040x}", v) for i, v in enumerate([1e308] * 4 + [1e-308] * 4 + [0.0] * 4)]
+    history = build_history("extreme", "gen_s", "commit", runs)
+    assert [p.median for p in history.points] == [1e308, 1e-308, 0.0]
+    import json
+
+    data = _strict_json(json.dumps(history.to_json()))
+    assert [p["median"] for p in data["points"]] == [1e308, 1e-308, 0.0]
+
+
+def test_a_sparkline_draws_any_finite_range():
+    assert sparkline([1e308, 1e-308, 0.0]) == "█▁▁"
+    assert sparkline([-1e308, 1e308]) == "▁█"  # hi - lo overflows
+    assert sparkline([1e308, 1e308]) == "▅▅"
+    assert sparkline([1.0, float("nan"), 2.0]) == "▁ █"
+
+
+def test_a_step_from_zero_is_said_so_and_its_ratio_is_null_in_json():
+    import json
+
+    values = [0.0] * 6 + [5.0, 5.1, 4.9, 5.05, 5.02, 4.97]
+    runs = [Sample(i, None, f"{i // 6:040x}", v) for i, v in enumerate(values)]
+    history = build_history("zero", "gen_s", "commit", runs)
+    [step] = history.steps
+    assert step.size == "from 0"
+    assert _strict_json(json.dumps(history.to_json()))["steps"][0]["ratio"] is None
+
+
+def test_history_cli_on_extreme_values_prints_a_table_and_strict_json(cli, tmp_path):
+    from .conftest import FIXTURES
+
+    text = (FIXTURES / "logs" / "J17.log").read_text(encoding="utf-8")
+    db = tmp_path / "r.db"
+    for i, value in enumerate(["1e308"] * 4 + ["1e-308"] * 4 + ["0"] * 4):
+        log = tmp_path / f"x{i}.log"
+        log.write_text(text.replace('"gen_s": 21.7', f'"gen_s": {value}'), encoding="utf-8")
+        done = cli("ingest", "--log", log, "--experiment", "extreme", "--git-sha", f"{i // 4:012d}aaaa", "--db", db)
+        assert done.exit_code == 0, done.output
+    shown = cli("history", "extreme", "--db", db)
+    assert shown.exit_code == 0 and "1e+308" in shown.output and "█" in shown.output, shown.output
+    data = _strict_json(cli("history", "extreme", "--db", db, "--json").output)
+    assert [p["median"] for p in data["points"]] == [1e308, 1e-308, 0.0]

@@ -70,7 +70,7 @@ def history(experiment: ExperimentArg,
                    ", ".join(p.spec_hashes)) for p in result.points])
     for s in result.steps:
         output.text(f"step {_short(s.before)} -> {_short(s.after)}: {s.median_before:g} -> {s.median_after:g} "
-                    f"({(s.ratio - 1) * 100:+.1f}%, x{s.ratio:.3f}), Mann-Whitney p={s.p_value:.2g}"
+                    f"({s.size}), Mann-Whitney p={s.p_value:.2g}"
                     + (f"; {'; '.join(s.notes)}" if s.notes else ""))
     if not result.steps:
         output.text("no step found")
