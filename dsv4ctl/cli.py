@@ -13,9 +13,11 @@ import typer
 from . import __version__
 from .commands import campaign_cmds, compare_cmd, model_cmds, perf_cmds, run_cmds, spec_cmds, verdict_cmd
 from .commands import bisect_cmd
+from .commands.groups import GroupedCommands
 
 app = typer.Typer(
     name="dsv4ctl",
+    cls=GroupedCommands,
     help="Run, judge and compare DeepSeek V4 bring-up experiments on vLLM through Slurm.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
@@ -51,7 +53,9 @@ def _set_debug(value: bool) -> None:
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Show the version and exit."),
           debug: bool = typer.Option(False, "--debug", envvar="DSV4CTL_DEBUG", callback=_set_debug, is_eager=True,
-                                     help="Show the full traceback of unexpected errors.")) -> None:
+                                     help="Show the full traceback of unexpected errors."),
+          wide: bool = typer.Option(False, "--wide", envvar="DSV4CTL_WIDE",
+                                    help="Show table cells whole, however wide (also after the command).")) -> None:
     """Run, judge and compare DeepSeek V4 bring-up experiments on vLLM through Slurm."""
 
 
@@ -59,7 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     """The `dsv4ctl` entry point: every failure ends as one line on stderr and an exit code, never a traceback
     (unless --debug): 1 the thing failed, 2 usage error, 3 a wait timed out, 130 interrupted. With --json the
     failure is a JSON object on stderr instead: {"error": {"message", "hint", "exit_code"}}."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = hoist_command_options(list(sys.argv[1:] if argv is None else argv))
+    args = _take_wide(args)
     as_json = "--json" in args[:args.index("--")] if "--" in args else "--json" in args
     try:
         # standalone_mode=False: usage errors come back here too, so they can be JSON with --json
@@ -78,6 +83,42 @@ def main(argv: list[str] | None = None) -> None:
     if code == 130:
         sys.exit(_report(KeyboardInterrupt(), as_json))
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# Options every data command takes, accepted before the command too (`dsv4ctl --db r.db runs`, as `git -C`).
+_HOISTED = {"--db": True, "--runs-dir": True, "--json": False}  # option -> takes a value
+
+
+def hoist_command_options(args: list[str]) -> list[str]:
+    """Move the command options given before the command (`--db r.db runs`) to the end of its arguments (before a
+    `--`), where the command reads them; root options (--debug, --version) stay where they are."""
+    moved: list[str] = []
+    rest = list(args)
+    i = 0
+    while i < len(rest) and rest[i].startswith("-"):
+        name = rest[i].split("=", 1)[0]
+        if name not in _HOISTED:
+            i += 1
+            continue
+        takes_value = _HOISTED[name] and "=" not in rest[i]
+        width = 2 if takes_value and i + 1 < len(rest) else 1
+        moved += rest[i:i + width]
+        del rest[i:i + width]
+    if not moved:
+        return args
+    end = rest.index("--") if "--" in rest else len(rest)
+    return rest[:end] + moved + rest[end:]
+
+
+def _take_wide(args: list[str]) -> list[str]:
+    """`--wide` anywhere before a `--` sets wide tables for the whole command (the output layer reads it)."""
+    import os
+
+    end = args.index("--") if "--" in args else len(args)
+    if "--wide" not in args[:end]:
+        return args
+    os.environ["DSV4CTL_WIDE"] = "1"
+    return [a for a in args[:end] if a != "--wide"] + args[end:]
 
 
 def _is_usage_error(exc: BaseException) -> bool:

@@ -75,18 +75,61 @@ def escape(value: str) -> str:
     return _escape(value)
 
 
+def wide() -> bool:
+    """--wide (or DSV4CTL_WIDE=1): tables show every cell whole, folding rather than eliding."""
+    return os.environ.get("DSV4CTL_WIDE", "") not in ("", "0")
+
+
+def elide(value: str, width: int) -> str:
+    """`value` cut to `width` characters in the middle (`cpu-smo…1201-2116`): both ends of a name say the most."""
+    if len(value) <= width:
+        return value
+    if width <= 1:
+        return value[:width]
+    head = (width - 1) // 2 + (width - 1) % 2
+    return value[:head] + "…" + value[len(value) - (width - 1 - head):]
+
+
+def fit_widths(natural: Sequence[int], minimum: Sequence[int], available: int) -> list[int]:
+    """Column widths that fit `available` characters: the widest column gives way first, one character at a
+    time, and none goes below its minimum (its header, or a few characters); short columns stay whole."""
+    widths = list(natural)
+    while sum(widths) > available:
+        shrinkable = [i for i, w in enumerate(widths) if w > minimum[i]]
+        if not shrinkable:
+            break
+        widest = max(shrinkable, key=lambda i: widths[i])
+        widths[widest] -= 1
+    return widths
+
+
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
           styles: Sequence[str | None] | None = None) -> None:
+    """A table sized to its content. On a terminal too narrow for it, the widest columns are elided in the middle
+    (never folded over several lines: `--wide` shows them whole, `--json` has every value)."""
     from rich import box
     from rich.table import Table
 
-    cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
-    narrow = _console().width < 120
-    # On a narrow terminal, light borders leave the cells 10-20 more columns (the full values: `--json`).
-    grid = Table(title=title, title_justify="left", show_lines=False, box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
-                 pad_edge=not narrow, collapse_padding=narrow)
+    cells = [["" if cell is None else str(cell).replace("\n", " ") for cell in row] for row in rows]
+    width = _console().width
+    narrow = width < 120
+    if not wide():
+        # A header may wrap at its spaces ("first / blocker"); a cell never does.
+        header = [max(len(word) for word in (column.split() or [""])) for column in columns]
+        natural = [max([header[i]] + [len(row[i]) for row in cells if i < len(row)]) for i in range(len(columns))]
+        minimum = [min(n, max(h, 6)) for n, h in zip(natural, header)]
+        gaps = len(columns) - 1 if narrow else 3 * len(columns) + 1  # one space between cells; a wide table's rules
+        widths = fit_widths(natural, minimum, width - gaps)
+        cells = [[elide(cell, widths[i]) if i < len(widths) else cell for i, cell in enumerate(row)] for row in cells]
+    else:
+        widths = [0] * len(columns)
+    # On a narrow terminal no borders, one space between cells: the cells get the columns.
+    grid = Table(title=title, title_justify="left", show_lines=False,
+                 box=None if narrow else box.HEAVY_HEAD, show_edge=not narrow, pad_edge=not narrow,
+                 padding=(0, 1), collapse_padding=narrow, header_style="bold underline" if narrow else "bold")
     for i, column in enumerate(columns):
-        grid.add_column(column, style=(styles[i] if styles else None), overflow="fold")
+        grid.add_column(column, style=(styles[i] if styles else None), overflow="fold",
+                        min_width=widths[i] or None)
     for row in cells:
         grid.add_row(*(escape(cell) for cell in row))
     _console().print(grid)
