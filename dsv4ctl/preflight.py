@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import external
+from .cluster_fit import Refusal, refusals
 from .errors import Dsv4Error
 from .paths import runtime_dir
 from .render import write_run_files
@@ -26,16 +27,30 @@ if TYPE_CHECKING:
 class Preflight:
     ok: bool
     message: str  # sbatch's own words: "Job N to start at ... on nodes ..." or why it is refused
+    refused: tuple[Refusal, ...] = ()  # the resources the partition cannot give, when sbatch refused
+
+    def summary(self) -> str:
+        """One line: the resources named first (what to edit), then sbatch's words."""
+        if self.ok or not self.refused:
+            return self.message
+        return "; ".join(r.message for r in self.refused) + f" (sbatch: {self.message})"
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "message": self.message, "refused": [r.to_json() for r in self.refused]}
 
 
 def check(spec: ExperimentSpec) -> Preflight:
-    """Render the spec's job script into a scratch folder and let sbatch judge it (nothing is submitted)."""
+    """Render the spec's job script into a scratch folder and let sbatch judge it (nothing is submitted); when it
+    refuses, name the resources the partition's nodes lack (sinfo)."""
     from .scheduler.slurm import SlurmScheduler
 
+    scheduler = SlurmScheduler()
     with tempfile.TemporaryDirectory(prefix="dsv4ctl-preflight-") as scratch:
         script = write_run_files(spec, Path(scratch), str(runtime_dir()))
-        ok, said = SlurmScheduler().test_only(script, Path(scratch))
-    return Preflight(ok=ok, message=said)
+        ok, said = scheduler.test_only(script, Path(scratch))
+    if ok:
+        return Preflight(ok=True, message=said)
+    return Preflight(ok=False, message=said, refused=tuple(refusals(spec.slurm, scheduler.node_groups())))
 
 
 class PreflightUnavailable(Dsv4Error):

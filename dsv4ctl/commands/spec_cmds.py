@@ -46,32 +46,38 @@ def _validation_json(checked, preflights: dict) -> list[dict]:
         return [{"file": str(checked.source), "point": {}, "name": None, "spec_hash": None, "valid": False,
                  "findings": [{"severity": "error", "path": None, "message": checked.unreadable, "why": "",
                                "file": str(checked.source), "line": None, "column": None}]}]
-    return [{"file": str(p.source), "point": p.point, "name": p.spec.name if p.spec else None,
-             "spec_hash": p.spec.spec_hash() if p.spec else None, "valid": not p.errors,
-             "findings": [f.to_json() for f in p.findings],
-             "cluster": _preflight_json(preflights.get((str(p.source), _label(p.point))))} for p in checked.points]
-
-
-def _preflight_json(result) -> dict | None:
-    return None if result is None else {"ok": result.ok, "message": result.message}
+    entries = []
+    for p in checked.points:
+        cluster = preflights.get((str(p.source), _label(p.point)))
+        entries.append({"file": str(p.source), "point": p.point, "name": p.spec.name if p.spec else None,
+                        "spec_hash": p.spec.spec_hash() if p.spec else None,
+                        # one verdict per spec: a job the cluster refuses is not valid, whatever its structure
+                        "valid": not p.errors and (cluster is None or cluster.ok),
+                        "findings": [f.to_json() for f in p.findings],
+                        "cluster": None if cluster is None else cluster.to_json()})
+    return entries
 
 
 def _show_validation(checked, preflights: dict) -> None:
     if checked.unreadable is not None:
-        output.error(checked.unreadable)
-        output.text(f"{checked.source}: unreadable")
+        output.error(checked.unreadable)  # stderr, as every error; the verdict line below carries it too
+        output.text(f"{checked.source}: unreadable: {checked.unreadable}", style="red")
         return
     for point in checked.points:
         for finding in point.findings:
             output.text(str(finding), style="red" if finding.severity == "error" else "yellow")
         label = f" [{_label(point.point)}]" if point.point else ""
-        status = "invalid" if point.errors else "ok"
-        output.text(f"{point.source}{label}: {status} ({len(point.errors)} error(s), "
-                    f"{len(point.warnings)} warning(s))")
+        counts = f"({len(point.errors)} error(s), {len(point.warnings)} warning(s))"
         result = preflights.get((str(point.source), _label(point.point)))
-        if result is not None:
-            output.text(f"  cluster: {'would run' if result.ok else 'REFUSED'}: {result.message}",
-                        style=None if result.ok else "red")
+        if point.errors:
+            output.text(f"{point.source}{label}: invalid {counts}", style="red")
+        elif result is not None and not result.ok:
+            # One verdict per spec: the cluster's refusal is the verdict, with the resource it lacks named.
+            output.text(f"{point.source}{label}: REFUSED by the cluster: {result.summary()}", style="red")
+        else:
+            output.text(f"{point.source}{label}: ok {counts}")
+            if result is not None:
+                output.text(f"  cluster: would run: {result.message}")
 
 
 def render(spec: SpecArg,

@@ -48,6 +48,14 @@ class SlurmScheduler:
         result = external.run(["sbatch", "--test-only", str(script.resolve())], cwd=run_dir, timeout=60)
         return result.ok, re.sub(r"sbatch: (?:error: )?", "", result.message).strip()
 
+    def node_groups(self) -> list:
+        """The partitions' node groups as sinfo reports them (CPUs, memory, GRES, time limit, node count); empty
+        when sinfo fails: a pre-flight then names no resource, and sbatch's own words stand."""
+        from ..cluster_fit import SINFO_FORMAT, parse_sinfo
+
+        result = external.run(["sinfo", "--noheader", "-o", SINFO_FORMAT], timeout=30)
+        return parse_sinfo(result.stdout) if result.ok else []
+
     def poll(self, jobs: list[JobRef]) -> tuple[dict[str, JobStatus], list[str]]:
         if not jobs:
             return {}, []
