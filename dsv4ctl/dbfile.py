@@ -94,7 +94,17 @@ def writable(path: Path) -> bool:
     return True  # a new database: creating it says whether we can
 
 
+def check_path(path: Path) -> None:
+    """A database is a regular file: a folder or a device (`--db runs/`, `--db /dev/null`) is said plainly, before
+    SQLite answers with something stranger ("cannot rollback - no transaction is active")."""
+    if path.is_dir():
+        raise StoreError(f"{path}: is a folder, not a database file (give the file, e.g. {path / 'results.db'})")
+    if path.exists() and not path.is_file():
+        raise StoreError(f"{path}: is not a regular file (a device or a pipe), so it cannot hold a database")
+
+
 def connect(path: Path, read_only: bool) -> _GuardedConnection:
+    check_path(path)
     if read_only:
         # mode=ro needs the -shm file or a writable folder; immutable=1 reads a WAL file in a read-only folder.
         uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"

@@ -81,3 +81,11 @@ def test_runs_at_80_columns_never_fold(tmp_path):
     assert "COMPLETED" in rows[0] and "…" in rows[0]
     whole = run("runs", "--db", db, "--wide").stdout
     assert "…" not in whole, whole
+
+
+def test_a_folder_or_a_device_as_database_is_said_plainly(tmp_path):
+    folder = run("show", "latest", "--db", tmp_path)
+    assert folder.returncode != 0 and "is a folder, not a database file" in folder.stderr
+    device = run("runs", "--db", "/dev/null")
+    assert device.returncode != 0 and "is not a regular file" in device.stderr
+    assert "rollback" not in device.stderr and "Traceback" not in device.stderr + folder.stderr
