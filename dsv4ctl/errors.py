@@ -1,13 +1,26 @@
 """Exceptions a user can meet, each turned into a one-line message by the CLI (see `cli.py`).
 
 `explain` is the one table from any exception that escapes a command to what the user reads: a one-line message, a
-hint naming what to do next, and the exit code (1 failure, 2 usage, 130 interrupted). Standard library only.
+hint naming what to do next, and the exit code (`ExitCode`, the one table of exit codes). Standard library only.
 """
 
 from __future__ import annotations
 
 import errno
 from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Every command's exit codes, one meaning each, so a CI gate can rely on them (docs/reference/commands.md)."""
+
+    OK = 0                  # passed, promoted, done
+    FAILED = 1              # the thing checked failed: a run not passed, a spec invalid, a candidate rejected
+    USAGE = 2               # a usage error or something named that does not exist (a run, a campaign, a metric)
+    TIMEOUT = 3             # a wait's --timeout passed; the runs go on
+    OUTSIDE_REFERENCE = 4   # a run passed but is outside its performance reference
+    INCONCLUSIVE = 5        # compare could not decide (too few runs, too much noise)
+    INTERRUPTED = 130       # Ctrl-C
 
 
 class Dsv4Error(Exception):
