@@ -10,6 +10,10 @@ ANCHORS: tuple[bytes, ...] = (
     b"Traceback (most recent call last)", b"Error", b"Exception:", b"ERROR", b"CRITICAL", b"FATAL",
     b"evice-side assert", b"Memory access fault", b"VMFault", b"HSA_STATUS_ERROR", b"CUDA error", b"Cuda error",
     b"HIP error", b"Watchdog caught", b"NCCL error", b"slurmstepd", b" died", b"memory pressure", b"Check failed", b"aborting with error", b"exception=",
+    b"Segmentation fault", b"SIGSEGV", b"SIGABRT", b"SIGBUS", b"SIGFPE", b"SIGILL", b"SIGKILL", b"core dumped",
+    b"Fatal Python error", b"terminate called", b"Killed", b"exit code", b"exitcode", b"exit status", b"Xid",
+    b"fallen off the bus", b"aicore", b"aicpu", b"ector core execution", b"acl api failed", b"NPU function error",
+    b"runtime result = ", b"error code is 5", b"Out of memory: Kill", b"oom-kill", b"oom_kill",
     b"Lmod has detected", b"command not found",
     b"Generated text", b"CompletionOutput(", "begin▁of▁sentence｜><｜begin".encode(),
 )

@@ -2,20 +2,36 @@
 family a line or exception belongs to, whether it is a generic wrapper around a root cause printed elsewhere, and
 whether it is noise. Read top to bottom: the first matching row wins.
 
-Families (`first_blocker.family`): device, oom, collective, compile, config, python, worker_death, scheduler, setup.
+Families (`first_blocker.family`): device, oom, collective, compile, config, python, signal, worker_death,
+scheduler, setup. `signal` is a process ended by a fatal signal rather than a Python exception: a segfault or an
+abort (with or without Python's faulthandler, C++ frame dumps, `core dumped`, `terminate called after throwing`),
+or a bare `Killed` (SIGKILL, exit 137 / -9; the scheduler's record turns it into `oom` or a scheduler kill).
+Accelerator runtime faults printed as bare text (ROCm/HIP, CUDA's Xid, Ascend's aicore/ACL errors) are `device`.
 """
 
 from __future__ import annotations
 
 import re
 
-FAMILIES = ("device", "oom", "collective", "compile", "config", "python", "worker_death", "scheduler", "setup")
+FAMILIES = ("device", "oom", "collective", "compile", "config", "python", "signal", "worker_death", "scheduler",
+            "setup")
 
 # Which family names the root cause when several are present: the earliest error of the first family here.
 # A device fault explains the OOM-looking and collective errors it triggers on other ranks; a collective timeout
 # is usually the echo of a rank that failed for a more specific reason; worker deaths and scheduler kills are
 # consequences; a setup failure stops everything before Python starts, so it is alone anyway.
-SPECIFICITY = ("device", "oom", "compile", "config", "python", "collective", "worker_death", "scheduler", "setup")
+# A fatal signal explains the deaths of the processes waiting on it, but it is often itself the echo of an error
+# printed before it: NCCL's watchdog aborts the process after a collective timeout (`terminate called after
+# throwing an instance of 'c10::DistBackendError'`), a process segfaults while shutting down after an exception.
+SPECIFICITY = ("device", "oom", "compile", "config", "python", "collective", "signal", "worker_death", "scheduler",
+               "setup")
+
+# Accelerator runtime faults: ROCm/HIP, CUDA (driver Xid lines), Ascend (aicore/aicpu faults, ACL calls, the
+# runtime's 507xxx result codes, `EZ9999: Inner Error!`-style error codes).
+_ASCEND = (r"aicore (?:exception|error|execution)|exception of \w+ aicore error|aicpu (?:exception|execution)"
+           r"|[Vv]ector core execution timed out|\bE[A-Z]\d{4}: (?:Inner Error|\[PID)|PTA call acl api failed"
+           r"|NPU function error|runtime result = 5\d{5}|error code is 5\d{5}|\brt\w+ failed: 5\d{5}")
+_XID = r"NVRM: Xid|\bXid \(PCI:|GPU has fallen off the bus"
 
 # Exception text ("Type: message", chained links included) -> family. First match wins; an exception that matches
 # no row is `python`.
@@ -33,7 +49,7 @@ EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|[Dd]evice-side assert(?!ions\.)|HSA_STATUS_ERROR|Memory access fault|VMFault|no kernel image is available"
         r"|invalid device function|misaligned address|unspecified launch failure|CUBLAS_STATUS_(?!SUCCESS)\w+"
         r"|CUDNN_STATUS_(?!SUCCESS)\w+|rocblas_status_(?!success)\w+|hipblaslt error|AcceleratorError"
-        r"|CUDA driver error|GPU is lost|Xid \d+")),
+        r"|CUDA driver error|GPU is lost|Xid \d+|" + _ASCEND + "|" + _XID)),
     ("compile", re.compile(
         r"CompilationError|PassManager::run failed|torch\._dynamo|torch\._inductor|InductorError"
         r"|BackendCompilerFailed|TorchRuntimeError|ptxas|\bnvcc\b|\bhipcc\b|Failed to find C compiler|LLVM ERROR"
@@ -56,6 +72,8 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("device", "hsa_error", re.compile(r"HSA_STATUS_ERROR\w*|Queue 0x[0-9a-f]+ aborting with error")),
     ("device", "device_assert", re.compile(r"Device-side assert|[Dd]evice-side assertion .*failed")),
     ("device", "device_error", re.compile(r"Failed: (?:Cuda|CUDA|HIP) error|CUDA driver error|GPU is lost")),
+    ("device", "xid", re.compile(_XID)),
+    ("device", "ascend_error", re.compile(_ASCEND)),
     ("collective", "collective_timeout", re.compile(r"Watchdog caught collective operation timeout")),
     ("collective", "collective_error", re.compile(r"ncclInternalError|ncclSystemError|ncclUnhandledCudaError"
                                                   r"|NCCL error in:")),
@@ -64,6 +82,15 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                                                r"|Engine process \(pid \d+\) died")),  # V0 serve's MQLLMEngine
     ("worker_death", "fatal_check", re.compile(r"\bCheck failed: ")),  # a C++ process's fatal CHECK (glog, Ray)
     ("setup", "setup_error", re.compile(r"Lmod has detected the following error|: command not found$")),
+    ("oom", "oom_kill", re.compile(r"Out of memory: Kill(?:ed)? process|invoked oom-killer|oom_kill_process")),
+    ("signal", "fatal_signal", re.compile(
+        r"Fatal Python error: (?:Segmentation fault|Aborted|Bus error|Floating point exception|Illegal instruction)"
+        r"|\*\*\* ?SIG(?:SEGV|ABRT|BUS|FPE|ILL)\b|\bSIG(?:SEGV|ABRT|BUS|FPE|ILL)\b(?: \(@[^)]*\))? received"
+        r"|received signal SIG(?:SEGV|ABRT|BUS|FPE|ILL)|[Cc]aught signal \d+ \(SIG|Segmentation fault|core dumped"
+        r"|terminate called after throwing an instance of|signal (?:11|6) \(SIG(?:SEGV|ABRT)\)")),
+    ("signal", "killed", re.compile(
+        r"^Killed$|[\]|]Killed$|^(?:\S+: )?line \d+: +\d+ Killed\b|^\[\d+\]\+? +Killed +\S|exit(?:ed)? (?:with )?(?:status|code)[:= ]+137\b"
+        r"|exitcode ?[:=] ?-9\b|signal 9 \(SIGKILL\)|received SIGKILL|[Kk]illed by signal 9\b")),
 )
 
 # The scheduler's own words in the log (slurmstepd): (kind, family, pattern). First match wins.

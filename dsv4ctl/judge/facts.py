@@ -62,6 +62,8 @@ class LogFacts:
     line_errors: list[Event] = field(default_factory=list)  # device/collective/death lines outside tracebacks
     orphan_exceptions: list[Event] = field(default_factory=list)  # `Type: message` lines outside any traceback
     logged_errors: list[Event] = field(default_factory=list)  # ERROR/CRITICAL logger records naming an error
+    http_500_count: int = 0  # a server's `... HTTP/1.1" 500 Internal Server Error` access lines
+    http_500_first: Event | None = None
     scheduler_events: list[Event] = field(default_factory=list)
     unreadable: list[Event] = field(default_factory=list)  # marker lines that could not be read: never a pass
     noise: list[Event] = field(default_factory=list)

@@ -148,6 +148,7 @@ def _shared_shape(sample: list[str]) -> re.Pattern[str] | None:
     best = best[:best.rfind(" ") + 1]
     if (len(best.strip()) < 1 or best.count("[") != best.count("]") or best.count("(") != best.count(")")
             or "DSV4_" in best or "###" in best or "Traceback" in best
+            or '"' in best  # a quote is content (an access log's request line), never a transport's prefix
             or re.match(r"\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) 0-0 0:0:0", best)
             or re.match(r"\[0-0-0 0:0:0", best) or re.match(r"\s+$", best)):
         return None
@@ -173,18 +174,21 @@ def _wrap_width(lines: list[str]) -> int | None:
     if width < 60:
         return None
     cut = [i for i, ln in enumerate(sample[:-1]) if len(ln) == width and not ln.endswith(" ")]
-    carried = [i for i in cut if _continuation(sample[i + 1])]
+    carried = [i for i in cut if _continuation(sample[i + 1], sample[i])]
     return width if len(carried) >= 2 and len(carried) * 2 >= len(cut) else None
 
 
 _LINE_START = re.compile(r"^(?:\s+File |Traceback|###|TOKEN_IDS|PY_EXIT=|DSV4_|\[DSV4_|FINISH_REASON|REQUEST)")
 
 
-def _continuation(line: str) -> bool:
+def _continuation(line: str, previous: str = "") -> bool:
+    """Whether `line` can be the rest of a longer line cut before it: not a line that starts like a log line, nor
+    one that starts like the line before it (an access log's lines all have the same length and the same head)."""
     return bool(line.strip()) and not (PROCESS.match(line) or _LOGGER.match(line) or _LINE_START.match(line)
-                                       or any(p.match(line) for p in KNOWN_OUTER))
+                                       or any(p.match(line) for p in KNOWN_OUTER)
+                                       or (len(previous) >= 12 and line[:12] == previous[:12]))
 
 
 def continues(line: str, following: str, width: int | None) -> bool:
     """Whether a physical line was cut by hard-wrapping and goes on in the following one."""
-    return (width is not None and len(line) == width and not line.endswith(" ") and _continuation(following))
+    return (width is not None and len(line) == width and not line.endswith(" ") and _continuation(following, line))

@@ -27,7 +27,7 @@ Noise        = the usage-report thread, atexit/shutdown tracebacks, `libcudart i
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from . import classify
@@ -36,7 +36,8 @@ from .scan import LogFacts
 from .states import KILLED as KILLED_STATES
 from .tokens import RequestVerdict, VerdictOptions, first_divergence, judge_request  # noqa: F401  (re-exported)
 
-MAX_BAD_REASONS = 32  # bad requests named in `reasons`; the rest are counted
+MAX_BAD_REASONS = 32
+HTTP_500_WALL = 5  # this many 500s from a server: its engine died, whether or not the log shows why  # bad requests named in `reasons`; the rest are counted
 STATUSES = ("device_error", "nonfinite", "crashed", "incomplete", "degenerate", "coherent")
 
 
@@ -157,6 +158,11 @@ def main_path_errors(facts: LogFacts) -> list[Blocker]:
                for e in facts.setup_errors]
     errors += [Blocker(e.line, e.kind, e.text, process=e.process, family=e.family, evidence=list(e.evidence),
                        wrapper=classify.is_wrapper(e.text)) for e in facts.logged_errors]
+    if facts.http_500_count >= HTTP_500_WALL:
+        first = facts.http_500_first
+        errors.append(Blocker(first.line, "http_500", f"{facts.http_500_count} requests answered 500 Internal Server "
+                              f"Error (the engine behind the server died): {first.text}", process=first.process,
+                              family="worker_death", evidence=[first.text], wrapper=True))
     errors += [_traceback_blocker(tb) for tb in facts.tracebacks if not tb.noise]
     return sorted(errors, key=lambda b: b.line)
 
@@ -164,7 +170,8 @@ def main_path_errors(facts: LogFacts) -> list[Blocker]:
 def is_weak(error: Blocker) -> bool:
     """A logger record that names an error but no specific family: evidence, not a root cause, while anything
     stronger is in the log."""
-    return error.kind == "logged_error" and error.family not in classify.STRONG_RECORD_FAMILIES
+    return ((error.kind == "logged_error" and error.family not in classify.STRONG_RECORD_FAMILIES)
+            or error.kind == "http_500")
 
 
 def root_cause(errors: list[Blocker]) -> Blocker | None:
@@ -189,6 +196,19 @@ def _scheduler_killed(facts: LogFacts, scheduler: SchedulerSummary | None) -> st
     return None
 
 
+def _attribute_kill(cause: Blocker, facts: LogFacts, scheduler: SchedulerSummary | None) -> Blocker | None:
+    """A bare `Killed` (SIGKILL, exit 137 / -9) is a fatal signal of unknown origin unless the scheduler says whose:
+    its OUT_OF_MEMORY (or slurmstepd's oom-kill) makes it an OOM; a time limit, a cancel or a preemption make it
+    the scheduler's stop (None: judged as a scheduler kill, `incomplete`)."""
+    oom = (scheduler is not None and scheduler.state == "OUT_OF_MEMORY") or any(
+        e.family == "oom" for e in facts.scheduler_events)
+    if oom:
+        return replace(cause, family="oom")
+    if _scheduler_killed(facts, scheduler):
+        return None
+    return cause
+
+
 def _kill_blocker(facts: LogFacts, scheduler: SchedulerSummary | None, killed: str) -> Blocker:
     event = next(iter(facts.scheduler_events), None)
     oom = (scheduler is not None and scheduler.state == "OUT_OF_MEMORY") or (event is not None and event.family == "oom")
@@ -210,6 +230,8 @@ def judge(facts: LogFacts, scheduler: SchedulerSummary | None = None,
     missing = max(0, (opts.expected_requests or 0) - n_requests)
     has_results = n_requests > 0 and not missing
     cause = root_cause(errors)
+    if cause is not None and cause.kind == "killed" and cause.family == "signal":
+        cause = _attribute_kill(cause, facts, scheduler)
     nonfinite_events = [Blocker(e.line, "nonfinite", e.text, process=e.process) for e in facts.nonfinite]
     bad = [r for r in requests if r.problems] + overflow.examples
     reasons: list[str] = []

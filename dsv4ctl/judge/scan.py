@@ -57,6 +57,7 @@ _PREFIX_PARTS = re.compile(r"\[[^\]]{0,80}\]|\([^)]{0,80}\)|\b(?:ERROR|CRITICAL|
 # failed holds the exception only as its repr.
 _EXCEPTION_REPR = re.compile(r"exception=(?:[\w.]+\([\w.]+\))?\(?(?P<type>[\w.]*(?:Error|Exception))\((?P<q>['\"])"
                              r"(?P<msg>.{1,1000}?)(?P=q)\)")
+_HTTP_500 = re.compile(r'HTTP/[\d.]+" 500\b|\b500 Internal Server Error')
 RECORDS_ABOVE = 8  # lines looked back from a traceback's header for ERROR records of its process
 _MODEL_LOAD = re.compile(r"Model loading took (?P<gib>[0-9.]{1,20}) GiB(?: memory)? and (?P<s>[0-9.]{1,20}) seconds")
 _KV_TOKENS = re.compile(r"(?P<pool>[A-Za-z +]+?) KV cache size: (?P<n>[0-9,]{1,24}) tokens")
@@ -315,6 +316,11 @@ class LogParser:
                     self._add(facts.scheduler_events, Event(line_no, kind, content.strip()[:500], proc, family),
                               "scheduler_events")
                     return
+        if "500" in content and _HTTP_500.search(content):
+            facts.http_500_count += 1
+            if facts.http_500_first is None:
+                facts.http_500_first = Event(line_no, "http_500", content.strip()[:300], proc)
+            return
         found = classify.line_error(content)
         if found is not None:
             family, kind = found
