@@ -232,6 +232,33 @@ def _ratio(after: float, before: float) -> float:
 # ---- the series from the store ----------------------------------------------------------------------------------
 
 
+def known_words(word: str, known: list[str], what: str) -> str:
+    """'; did you mean X? metrics present: a, b, ...': the closest known word first, then the known ones."""
+    import difflib
+
+    near = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+    shown = ", ".join(known[:40]) + (f" (+{len(known) - 40} more)" if len(known) > 40 else "")
+    return (f"; did you mean {near[0]!r}?" if near else "") + (f"; {what}: {shown}" if known else "")
+
+
+def check_series(store: Any, experiment: str, metric: str) -> None:
+    """An experiment no run belongs to, or a metric no run of it recorded, is a typo, not an empty history:
+    refused (exit 2) with the known ones, as `compare` refuses an unknown metric."""
+    from .errors import UsageError
+
+    names = [row[0] for row in store.db.execute("SELECT DISTINCT e.name FROM experiments e "
+                                                "JOIN runs r ON r.experiment_id = e.id ORDER BY e.name")]
+    if experiment not in names:
+        raise UsageError(f"no run of an experiment named {experiment!r}"
+                         + known_words(experiment, names, "experiments"))
+    metrics = [row[0] for row in store.db.execute(
+        "SELECT DISTINCT m.name FROM metrics m JOIN runs r ON r.id = m.run_id JOIN experiments e "
+        "ON e.id = r.experiment_id WHERE e.name = ? ORDER BY m.name", [experiment])]
+    if metrics and metric not in metrics:
+        raise UsageError(f"no run of {experiment!r} has the metric {metric!r}"
+                         + known_words(metric, metrics, "metrics present"))
+
+
 def samples(store: Any, experiment: str, metric: str, by: str = "commit", up_to_run: int | None = None) -> list[Sample]:
     """Every passed run of `experiment` with `metric`, in run order (oldest first); only runs recorded up to run id
     `up_to_run` when given (a campaign's report shows the history up to that campaign)."""

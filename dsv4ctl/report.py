@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -60,9 +61,11 @@ class ReportData:
                 "serving": self.serving}
 
 
-def report_data(store: Store, campaign: str, metric: str = "gen_s") -> ReportData:
+def report_data(store: Store, campaign: str, metric: str | None = None) -> ReportData:
+    """Everything the page shows; `metric` defaults to the campaign's own (see `default_metric`)."""
     info = store.campaign(campaign)
     rows = store.runs(campaign=campaign)
+    metric = metric or default_metric(recorded_metrics(store, rows))
     runs, run_objects = [], []
     distributions: dict[str, list[float]] = {}
     for row in rows:
@@ -101,15 +104,42 @@ def report_data(store: Store, campaign: str, metric: str = "gen_s") -> ReportDat
     return data
 
 
+DEFAULT_METRIC = "gen_s"
+SERVE_METRIC = "output_throughput"  # every serve run records it (judge/serving.summarise); serve runs have no gen_s
+
+
+def recorded_metrics(store: Store, rows: list) -> list[str]:
+    """The metric names any of these runs recorded, sorted."""
+    return sorted({name for row in rows for name in store.metrics(row.id)})
+
+
+def default_metric(present: list[str]) -> str:
+    """gen_s, except for a campaign of serve runs (they never record it): output_throughput (issue 29 S35)."""
+    return SERVE_METRIC if DEFAULT_METRIC not in present and SERVE_METRIC in present else DEFAULT_METRIC
+
+
+def check_metric(store: Store, campaign: str, metric: str) -> None:
+    """A metric no run of the campaign recorded is a typo, not an empty plot: refused (exit 2) with the metrics
+    present, as `compare` and `history` refuse it."""
+    from .errors import UsageError
+    from .history import known_words
+
+    present = recorded_metrics(store, store.runs(campaign=campaign))
+    if present and metric not in present:
+        raise UsageError(f"no run of campaign {campaign!r} has the metric {metric!r}"
+                         + known_words(metric, present, "metrics present"))
+
+
 def ab_sides(rows: list) -> tuple[list, list] | None:
     """The two sides of an A/B campaign: the runs `submit --ab` recorded as baseline and candidate, or else the
-    runs of its two experiments, the first submitted as the baseline. None for anything else."""
+    runs of its two experiments, the first submitted as the baseline, unless they are two points of a matrix (a
+    sweep of two values is not an A/B). None for anything else."""
     base = [r for r in rows if r.side == "baseline"]
     cand = [r for r in rows if r.side == "candidate"]
     if base and cand:
         return base, cand
     names = list(dict.fromkeys(r.experiment for r in rows))
-    if len(names) != 2:
+    if len(names) != 2 or any(json.loads(r.data.get("point_json") or "{}") for r in rows):
         return None
     return [r for r in rows if r.experiment == names[0]], [r for r in rows if r.experiment == names[1]]
 
@@ -245,10 +275,15 @@ def render_html(data: ReportData) -> str:
 
 
 def md(value: Any) -> str:
-    """Data as Markdown text: raw HTML escaped (a spec name or a log line must not become markup in a rendered
-    page), table pipes escaped, one line."""
-    text = html.escape(str(value), quote=False).replace("|", "\\|")
-    return " ".join(text.splitlines())
+    """Data as Markdown text, one line, table pipes escaped: raw HTML escaped (a spec name or a log line must not
+    become markup in a rendered page), and nothing else, so `p = 0.19 >= 0.05` stays as written (issue 26 m13). A
+    `>` is markup only after a `<`, an `&` only where it starts an entity (`&lt;`)."""
+    text = str(value)
+    if "<" in text:
+        text = html.escape(text, quote=False)
+    else:
+        text = re.sub(r"&(?=#?\w+;)", r"\&", text)
+    return " ".join(text.replace("|", "\\|").splitlines())
 
 
 def render_markdown(data: ReportData) -> str:

@@ -185,3 +185,68 @@ def test_the_cpu_regression_suite_passes_on_the_real_engine(tmp_path):
     campaign = json.loads(done.stdout)["campaign"]
     assert dsv4ctl("report", campaign, "--db", db, "-o", str(page)).returncode == 0
     shoot(page, tmp_path / "suite.png")
+
+
+# ---- issue 29 S21/S35, issue 26 m13/m14: the report's metric ----------------------------------------------------
+
+
+def _campaign_of_ingested(cli, db, name: str = "c") -> None:
+    from dsv4ctl.store import open_store
+
+    for job in ("J08", "J17"):
+        cli("ingest", "--log", LOGS / f"{job}.log", "--sacct", LOGS / f"{job}.sacct", "--experiment", "report",
+            "--db", db)
+    store = open_store(db)
+    store.db.execute("INSERT INTO campaigns (name, backend, command, created_at) VALUES (?, 'ingest', 'x', 'now')",
+                     [name])
+    store.db.execute("UPDATE runs SET campaign_id = (SELECT id FROM campaigns WHERE name = ?)", [name])
+    store.db.commit()
+
+
+def test_report_of_an_unknown_metric_exits_2_with_the_metrics_present(tmp_path, cli):
+    db = str(tmp_path / "r.db")
+    _campaign_of_ingested(cli, db)
+    out = tmp_path / "x.html"
+    refused = dsv4ctl("report", "c", "--metric", "nosuch", "-o", str(out), "--db", db)
+    assert refused.returncode == 2 and not out.exists()
+    assert "no run of campaign 'c' has the metric 'nosuch'" in refused.stderr and "gen_s" in refused.stderr
+    assert dsv4ctl("report", "c", "--metric", "tokens_per_s", "--markdown", "--db", db).returncode == 0
+
+
+def test_a_serve_sweep_report_defaults_to_a_serve_metric_and_is_no_ab(tmp_path, cli):
+    from dsv4ctl.store import open_store
+
+    from .test_serving_sweep import add_serve_run, sweep_spec
+
+    db = tmp_path / "r.db"
+    store = open_store(db)
+    campaign = store.create_campaign("ss1", "local", "dsv4ctl sweep h-servesweep.yaml")
+    for point in sweep_spec(tmp_path, "h-servesweep", rates=(4, 8)):
+        add_serve_run(store, tmp_path, point, ttft_scale=1.0, campaign_id=campaign)
+    data = json.loads(cli("report", "ss1", "--json", "--db", db).stdout)
+    assert data["metric"] == "output_throughput" and data["ab"] is None  # two points of a sweep, not an A/B
+    assert len(data["distributions"]) == 2 and data["serving"]["axis"] == "load.request_rate"
+    markdown = cli("report", "ss1", "--markdown", "--db", db).stdout
+    assert "No comparison" not in markdown and "gen_s" not in markdown
+    assert json.loads(cli("report", "ss1", "--json", "--metric", "p95_ttft_ms", "--db", db).stdout)["metric"] == \
+        "p95_ttft_ms"
+
+
+def test_markdown_holds_plain_comparison_signs_not_html_entities(tmp_path, cli):
+    import random
+
+    from dsv4ctl.store import open_store
+
+    from .test_compare import add_side, sample
+
+    db = tmp_path / "r.db"
+    store = open_store(db)
+    rng = random.Random(9)
+    add_side(store, "j17-baseline.yaml", sample(rng, 100, 3, 6))
+    add_side(store, "q1-off.yaml", sample(rng, 100, 3, 6))
+    campaign = store.create_campaign("ab", "local", "dsv4ctl submit --ab")
+    store.db.execute("UPDATE runs SET campaign_id = ?", [campaign])
+    store.db.commit()
+    for text in (cli("report", "ab", "--markdown", "--db", db).stdout,
+                 dsv4ctl("compare", "j17-baseline", "q1-off", "--markdown", "--db", str(db)).stdout):
+        assert ">= 0.05" in text and "&gt;" not in text and "&lt;" not in text and "&amp;" not in text, text

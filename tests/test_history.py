@@ -159,3 +159,33 @@ def test_history_cli_on_extreme_values_prints_a_table_and_strict_json(cli, tmp_p
     assert shown.exit_code == 0 and "1e+308" in shown.output and "█" in shown.output, shown.output
     data = _strict_json(cli("history", "extreme", "--db", db, "--json").output)
     assert [p["median"] for p in data["points"]] == [1e308, 1e-308, 0.0]
+
+
+# ---- issue 29 S21 / issue 26 m14: an unknown experiment or metric is a usage error -------------------------------
+
+
+def _run_main(capsys, *args):
+    import pytest
+
+    from dsv4ctl.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return exited.value.code or 0, out, err
+
+
+def test_history_of_an_unknown_experiment_or_metric_exits_2_with_the_known_ones(cli, tmp_path, capsys):
+    from .conftest import FIXTURES
+
+    db = tmp_path / "r.db"
+    done = cli("ingest", "--log", FIXTURES / "logs" / "J17.log", "--experiment", "perf1", "--db", db)
+    assert done.exit_code == 0, done.output
+    code, out, err = _run_main(capsys, "history", "nosuch", "--db", db)
+    assert code == 2 and out == "" and "no run of an experiment named 'nosuch'; experiments: perf1" in err, err
+    code, _, err = _run_main(capsys, "history", "perf1", "--metric", "nosuch", "--db", db)
+    assert code == 2 and "no run of 'perf1' has the metric 'nosuch'" in err and "gen_s" in err, err
+    code, _, err = _run_main(capsys, "history", "perf1", "--metric", "gen_S", "--db", db)
+    assert code == 2 and "did you mean 'gen_s'?" in err, err
+    code, _, err = _run_main(capsys, "history", "perf1", "--metric", "tokens_per_s", "--db", db, "--json")
+    assert code == 0 and _strict_json(_)["points"], err

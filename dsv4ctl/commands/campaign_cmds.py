@@ -134,7 +134,9 @@ def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a mat
 def report(campaign: Annotated[str, typer.Argument(callback=check_campaign, help="Campaign name or `latest` (see `dsv4ctl campaigns`).")],
            out: Annotated[Optional[Path], typer.Option("-o", "--output", help="Write the page here.")] = None,
            markdown: Annotated[bool, typer.Option("--markdown", help="Markdown instead of HTML.")] = False,
-           metric: Annotated[str, typer.Option(help="Metric whose distribution is plotted.")] = "gen_s",
+           metric: Annotated[Optional[str], typer.Option(
+               help="Metric whose distribution is plotted [default: gen_s; output_throughput for serve runs].")]
+           = None,
            db: DbOpt = None,
            json: Annotated[bool, typer.Option("--json", help="The report's data as nested JSON instead of a page "
                                                             "(to stdout, or to --output).")] = False) -> None:
@@ -143,12 +145,15 @@ def report(campaign: Annotated[str, typer.Argument(callback=check_campaign, help
     import json as json_module
 
     from ..errors import UsageError
-    from ..report import render_html, render_markdown, report_data
+    from ..report import check_metric, render_html, render_markdown, report_data
 
     if json and markdown:
         raise UsageError("--json and --markdown are two formats: pick one")
     store = open_store(db, must_exist=True)
-    data = report_data(store, store.campaign_name(campaign), metric)
+    name = store.campaign_name(campaign)
+    if metric is not None:
+        check_metric(store, name, metric)
+    data = report_data(store, name, metric)
     if json:
         text = json_module.dumps(data.to_json(), indent=2, ensure_ascii=False, default=str) + "\n"
     else:

@@ -52,11 +52,12 @@ def history(experiment: ExperimentArg,
             db: DbOpt = None, json: JsonOpt = False) -> None:
     """Every passed run's metric over commits or dates: medians with 95% intervals, a sparkline, and the steps
     found by change-point detection (PELT, MBIC penalty; Mann-Whitney p per step). Failed runs never count."""
-    from ..history import build_history, samples, sparkline
+    from ..history import build_history, check_series, samples, sparkline
 
     if by not in ("commit", "date"):
         raise typer.BadParameter(f"{by!r}: use commit or date", param_hint="--by")
     store = open_store(db, must_exist=True)
+    check_series(store, experiment, metric)
     result = build_history(experiment, metric, by, samples(store, experiment, metric, by))
     if json:
         output.emit_json(result.to_json())
