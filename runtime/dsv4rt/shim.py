@@ -2,7 +2,7 @@
 
 Gating: it applies only on ROCm gfx936 (read from the KFD topology, no imports) or when DSV4_SHIM=1, and never on
 CUDA or CPU otherwise. Switch patches are the exception: each applies on any platform where its own switch is 1
-(DSV4_NATIVE_ROPE), and says so on stderr whatever DSV4_SHIM_DEBUG is, since it changes the numbers. Each patch is
+(DSV4_NATIVE_ROPE; DSV4_SPARSE_KERNEL when set to any value), and says so on stderr whatever DSV4_SHIM_DEBUG is, since it changes the numbers. Each patch is
 guarded (it checks that its target exists and still needs it) and idempotent (a marker on the target). Patches of a
 module (Triton, vLLM) wait for that module's own import, through an import hook: the shim never imports Triton at
 start-up (report §9.1). DSV4_SHIM_DEBUG=1 logs what was patched.
@@ -16,6 +16,8 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable
+
+from .sparse_patch import CONSUMERS, TARGET, patch_sparse_decode, patch_sparse_decode_consumer
 
 GFX936_TARGET_VERSION = "90306"  # gfx9.3.6 in /sys/class/kfd/kfd/topology/nodes/*/properties
 MARK = "__dsv4_shim__"
@@ -145,7 +147,9 @@ MODULE_PATCHES: dict[str, tuple[ModulePatch, ...]] = {
 # is, after this module is imported, so patching at import time reaches every engine process that loads the model.
 SWITCH_PATCHES: dict[str, dict[str, tuple[ModulePatch, ...]]] = {
     "DSV4_NATIVE_ROPE": {"vllm.model_executor.layers.rotary_embedding.base": (patch_native_rope,)},
+    "DSV4_SPARSE_KERNEL": {TARGET: (patch_sparse_decode,), **{c: (patch_sparse_decode_consumer,) for c in CONSUMERS}},
 }
+CHOICE_SWITCHES = frozenset({"DSV4_SPARSE_KERNEL"})  # on when set at all; the patch refuses an unknown value loudly
 LOUD = frozenset(p for table in SWITCH_PATCHES.values() for patches in table.values() for p in patches)
 ACTIVE: dict[str, tuple[ModulePatch, ...]] = {}
 
@@ -154,7 +158,7 @@ def active_patches(gfx936: bool) -> dict[str, tuple[ModulePatch, ...]]:
     """The module patches this process applies: the gfx936 ones where the shim is on, each switch's where it is 1."""
     table = dict(MODULE_PATCHES) if gfx936 else {}
     for switch, patches in SWITCH_PATCHES.items():
-        if os.environ.get(switch) == "1":
+        if os.environ.get(switch) == "1" or (switch in CHOICE_SWITCHES and os.environ.get(switch)):
             for name, more in patches.items():
                 table[name] = table.get(name, ()) + more
     return table
