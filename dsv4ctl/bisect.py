@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from . import bisect_changes as changes_mod
 from .bisect_rates import UNRESOLVED, UNTESTABLE, Rate, run_outcome
 from .ddmin import Stopped
-from .errors import Dsv4Error
+from .errors import Dsv4Error, UsageError
 from .store import Store, now
 
 RUNNING, DONE = "running", "done"
@@ -33,6 +34,18 @@ class BudgetSpent(Stopped):
 
 class NothingToBisect(Dsv4Error):
     """GOOD and BAD do not differ (in their specs, or in how often they fail)."""
+
+    def __init__(self, message: str, rates: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.rates = rates or {}  # {"good": rate_json, "bad": rate_json} when the ends were measured
+
+
+class BisectionNotFound(UsageError):
+    """No stored bisection has the given id (exit 2, as every unknown name)."""
+
+
+class BisectionBusy(UsageError):
+    """Another process is running this bisection now: two would submit the same rounds twice."""
 
 
 @dataclass
@@ -99,12 +112,48 @@ def load(store: Store, bisection_id: int) -> dict[str, Any]:
     row = store.db.execute("SELECT * FROM bisections WHERE id = ?", [bisection_id]).fetchone()
     if row is None:
         known = [str(r[0]) for r in store.db.execute("SELECT id FROM bisections ORDER BY id DESC LIMIT 10")]
-        raise Dsv4Error(f"no bisection {bisection_id}" + (f"; known: {', '.join(known)}" if known else ""))
+        raise BisectionNotFound(f"no bisection {bisection_id}" + (f"; known: {', '.join(known)}" if known
+                                                                  else " (none stored in this database)"))
     names = [d[0] for d in store.db.execute("SELECT * FROM bisections LIMIT 0").description]
     data = dict(zip(names, row))
     for key in ("inputs_json", "changes_json", "settings_json", "result_json"):
         data[key.removesuffix("_json")] = json.loads(data[key]) if data[key] else None
     return data
+
+
+def finished(store: Store, key: str) -> tuple[int, dict[str, Any]] | None:
+    """(id, result) of the finished bisection with these inputs, or None: run again, it prints without a job."""
+    row = store.db.execute("SELECT id, result_json FROM bisections WHERE inputs_key = ? AND state = ? "
+                           "AND result_json IS NOT NULL ORDER BY id DESC LIMIT 1", [key, DONE]).fetchone()
+    return (row[0], json.loads(row[1])) if row else None
+
+
+@contextmanager
+def running(store: Store, bisection_id: int) -> Iterator[None]:
+    """Hold bisection `bisection_id` for this process (an flock on a file beside the database, released however
+    the process ends); a second process is refused with the pid that holds it."""
+    import fcntl
+    import os
+    import socket
+
+    path = store.path.with_name(f"{store.path.name}.bisect{bisection_id}.lock")
+    with open(path, "a+", encoding="utf-8") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise BisectionBusy(f"bisection {bisection_id} is being run by {holder}: wait for it to end (then run "
+                                f"the same command again for its result), or follow it with `dsv4ctl "
+                                f"bisect-report {bisection_id}`") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()} on {socket.gethostname()}")
+        lock.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @dataclass

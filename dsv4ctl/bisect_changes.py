@@ -107,15 +107,42 @@ def set_field(spec: dict[str, Any], field: str, value: int) -> dict[str, Any]:
     return data
 
 
+MAX_RANGE_VALUE = 999_999_999  # |LOW|, |HIGH| at most: a probe value is stored as a plain SQLite integer
+
+
 def parse_range(text: str) -> tuple[int, int]:
-    """`1..64` -> (1, 64); the start below the end."""
-    found = re.fullmatch(r"\s*(-?\d{1,9})\s*\.\.\s*(-?\d{1,9})\s*", text)
+    """`1..64` -> (1, 64); the start below the end, both within MAX_RANGE_VALUE (the field's own bounds are
+    checked against the spec: `check_field_range`)."""
+    found = re.fullmatch(r"\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*", text)
     if not found:
         raise UsageError(f"--range {text!r}: write LOW..HIGH with whole numbers (1..64)")
+    for digits in found.groups():
+        if len(digits.lstrip("-")) > 12 or abs(int(digits)) > MAX_RANGE_VALUE:  # never int() of 5,000 digits
+            shown = digits if len(digits) <= 20 else digits[:17] + "..."
+            raise UsageError(f"--range {text[:60]!r}: {shown} is outside the values a range may hold "
+                             f"(-{MAX_RANGE_VALUE}..{MAX_RANGE_VALUE})")
     low, high = int(found.group(1)), int(found.group(2))
     if high - low < 1:
         raise UsageError(f"--range {text!r}: LOW must be below HIGH")
     return low, high
+
+
+def check_field_range(spec: dict[str, Any], field: str, low: int, high: int) -> None:
+    """Both ends of --range within the field's own bounds (`batch` starts at 1): a value the spec refuses would
+    spend jobs on probes that can only be UNRESOLVED."""
+    from pydantic import ValidationError
+
+    from .spec import ExperimentSpec
+    from .specload import structural_message
+
+    for value in (low, high):
+        try:
+            ExperimentSpec.model_validate(set_field(spec, field, value))
+        except ValidationError as exc:
+            for error in exc.errors(include_url=False):
+                if ".".join(map(str, error["loc"])) == field:
+                    raise UsageError(f"--range {low}..{high}: {field}={value}: {structural_message(error)}") \
+                        from None
 
 
 def probe_name(base: str, bisection_id: int, probe_id: int) -> str:

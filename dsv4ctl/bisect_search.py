@@ -11,7 +11,7 @@ from typing import Any
 
 from . import bisect_changes as changes_mod
 from .bisect import (DONE, MEASURED, RUNNING, BudgetSpent, NothingToBisect, Plan, Probe, Runner, Settings,
-                     find_or_create, subset_key)
+                     find_or_create, finished, inputs_key, running, subset_key)
 from .bisect_rates import (FAIL, PASS, UNRESOLVED, Rate, ends_differ, judge_point, judge_value, more_runs,
                            runs_to_tell)
 from .ddmin import ddmin, worst_case_probes
@@ -47,9 +47,13 @@ def measure_ends(runner: Runner, good: Probe, bad: Probe) -> tuple[Rate, Rate]:
             runner.record(good, g, 0, PASS)
             runner.record(bad, b, 0, FAIL)
             return g, b
+        rates = {"good": rate_json(g), "bad": rate_json(b)}
+        if g.failures and g.rate >= b.rate:  # more runs would measure the same thing: GOOD is not good
+            raise NothingToBisect(f"GOOD fails {g.text()}, as often as BAD {b.text()}, in the first {g.runs} runs "
+                                  "each: GOOD must pass (check GOOD, or pick an older GOOD)", rates)
         if target >= cap:
             raise NothingToBisect(f"BAD fails {b.text()} and GOOD {g.text()}: not told apart in {cap} runs each "
-                                  "(raise --cap, or check that BAD really fails)")
+                                  "(raise --cap, or check that BAD really fails)", rates)
         target = min(cap, target + runner.settings.base_runs)
 
 
@@ -137,7 +141,7 @@ def bisect_boundary(runner: Runner, spec_data: dict, field: str, low: int, high:
                              lambda r: more_runs(r, False, runner.settings.base_runs, cap))[top.key][1]
     if top.outcome != FAIL:
         raise NothingToBisect(f"{field}={high} fails {top_rate.text()}: not above --threshold {threshold:g} "
-                              "(raise --cap, or widen --range)")
+                              "(raise --cap, or widen --range)", {"top": rate_json(top_rate)})
     first = runs_to_tell(top_rate, cap)
     passes: set[int] = set()
     failing, ambiguous, asked = high, set(), {high}
@@ -215,6 +219,7 @@ def prepare_boundary(spec_path, field: str, low: int, high: int, settings: Setti
     """A numeric field's range and the plan of its search; nothing recorded yet."""
     spec = _resolved(spec_path)
     changes_mod.set_field(spec, field, low)  # refuses a path that is not a whole-number field
+    changes_mod.check_field_range(spec, field, low, high)
     values = changes_mod.boundary_values_bound(low, high, settings.width)
     inputs = {"spec": spec, "spec_path": str(spec_path), "field": field, "range": [low, high]}
     return Prepared("boundary", inputs, [], _plan("boundary", f"{field} in {low}..{high}", values * settings.cap,
@@ -228,23 +233,48 @@ def _plan(kind: str, points: str, worst: int, spec: dict[str, Any], settings: Se
     return Plan(kind, points, worst, None if hours is None else bounded * hours * nodes, settings.max_jobs)
 
 
+def finished_result(store, prepared: Prepared, settings: Settings) -> dict[str, Any] | None:
+    """The stored result when a bisection of these inputs has finished (printed again without a job)."""
+    found = finished(store, inputs_key(prepared.kind, prepared.inputs, settings))
+    return None if found is None else {**found[1], "bisection": found[0]}
+
+
 def execute(store, prepared: Prepared, settings: Settings, command: str, on_progress=lambda line: None,
             bisection_id: int | None = None) -> dict[str, Any]:
-    """Record (or find) the bisection, run it to its end or its budget, store and return the result."""
+    """Record (or find) the bisection, run it to its end or its budget, store and return the result. One process
+    at a time runs a bisection (`running`); a finished one returns its stored result."""
     if bisection_id is None:
         bisection_id, _ = find_or_create(store, prepared.kind, prepared.inputs,
                                          [c.to_json() for c in prepared.changes], settings, command)
-    runner = Runner(store, bisection_id, settings, Path(prepared.source), prepared.base_name, on_progress)
+    with running(store, bisection_id):
+        done = store.db.execute("SELECT result_json FROM bisections WHERE id = ? AND state = ?",
+                                [bisection_id, DONE]).fetchone()
+        if done and done[0]:
+            return {**json.loads(done[0]), "bisection": bisection_id}
+        runner = Runner(store, bisection_id, settings, Path(prepared.source), prepared.base_name, on_progress)
+        try:
+            result = _search(runner, prepared)
+        except NothingToBisect as exc:  # a finished answer, stored as one: the ends do not differ
+            result = nothing_result(prepared.kind, str(exc), exc.rates, runner.jobs_spent())
+        result["bisection"] = bisection_id
+        with store.transaction():
+            store.db.execute("UPDATE bisections SET state = ?, result_json = ?, updated_at = ? WHERE id = ?",
+                             [DONE if not result.get("stopped") else RUNNING, json.dumps(result), now(),
+                              bisection_id])
+    return result
+
+
+def _search(runner: Runner, prepared: Prepared) -> dict[str, Any]:
     inputs = prepared.inputs
     if prepared.kind == "changes":
-        result = bisect_changes(runner, inputs["good"], prepared.changes)
-    else:
-        result = bisect_boundary(runner, inputs["spec"], inputs["field"], *inputs["range"])
-    result["bisection"] = bisection_id
-    with store.transaction():
-        store.db.execute("UPDATE bisections SET state = ?, result_json = ?, updated_at = ? WHERE id = ?",
-                         [DONE if not result.get("stopped") else RUNNING, json.dumps(result), now(), bisection_id])
-    return result
+        return bisect_changes(runner, inputs["good"], prepared.changes)
+    return bisect_boundary(runner, inputs["spec"], inputs["field"], *inputs["range"])
+
+
+def nothing_result(kind: str, reason: str, rates: dict[str, Any], jobs: int) -> dict[str, Any]:
+    """The result of a bisection whose ends do not differ: finished, not sure, with the rates that say so."""
+    return {"kind": "nothing", "bisected": kind, "reason": reason, **rates, "sure": False, "stopped": None,
+            "jobs": jobs, "how_sure": f"nothing to bisect: {reason}"}
 
 
 def prepared_from_store(store, bisection_id: int, max_jobs: int | None = None) -> tuple[Prepared, Settings]:

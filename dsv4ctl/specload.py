@@ -287,7 +287,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _structural_message(err: dict[str, Any]) -> str:
+def structural_message(err: dict[str, Any]) -> str:
     """pydantic's message, reworded where a user needs the value and the bound (`repeats: 100000000 is above the
     maximum 10000`, not `Input should be less than or equal to 10000`)."""
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
@@ -310,7 +310,7 @@ def _structural_findings(exc: ValidationError, doc: Document) -> list[Finding]:
     findings = []
     for err in exc.errors(include_url=False):
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "[key]"))))
-        findings.append(Finding("error", dotted(loc), _structural_message(err), location=doc.locate(loc)))
+        findings.append(Finding("error", dotted(loc), structural_message(err), location=doc.locate(loc)))
     return findings
 
 

@@ -232,3 +232,164 @@ def test_a_cancelled_job_could_not_be_tested(cli, tmp_path):
     assert cli("verdict", "no-such-run", "--db", str(tmp_path / "r.db"),
                "--exit-codes", "git-bisect").exit_code == 125
     assert cli("verdict", "--log", str(logs / "J17.log"), "--exit-codes", "sometimes").exit_code == 2
+
+
+# ---- issue 29 S24-S27: a bisection that cannot help stops, is stored finished, runs in one process at a time ------
+# The replay payload (tests/fixtures/runtime) on the local backend: a job is a few hundred milliseconds.
+
+
+def replay_pair(directory, fail_when: str, bad_env: dict[str, str], name: str = "bis") -> tuple:
+    import sys
+    import textwrap
+
+    directory.mkdir(parents=True, exist_ok=True)
+    good, bad = directory / "good.yaml", directory / "bad.yaml"
+    good.write_text(textwrap.dedent(f"""\
+        name: {name}-good
+        platform: cpu
+        model: {{path: /models/none}}
+        requests:
+          - messages: [{{role: user, content: hi}}]
+        sampling: {{max_tokens: 16}}
+        environment:
+          python: {sys.executable}
+          runtime_dir: {FIXTURES / "runtime"}
+          env: {{REPLAY_FAIL_WHEN: "{fail_when}", REPLAY_SEED: "0"}}
+        """), encoding="utf-8")
+    env = ", ".join(f'{k}: "{v}"' for k, v in bad_env.items())
+    bad.write_text(f"extends: good.yaml\nname: {name}-bad\nenvironment:\n  env: {{{env}}}\n", encoding="utf-8")
+    return good, bad
+
+
+def run_bisect(directory, *args: str, stdin=None, wait: bool = True):
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    argv = [sys.executable, "-m", "dsv4ctl.cli", "bisect", *map(str, args), "--backend", "local", "--db",
+            str(directory / "r.db"), "--runs-dir", str(directory / "runs")]
+    proc = subprocess.Popen(argv, cwd=ROOT, text=True, stdin=stdin or subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    if not wait:
+        return proc
+    out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def test_a_good_that_fails_as_often_as_bad_stops_after_the_base_runs_and_is_stored_finished(tmp_path, capsys):
+    import json
+
+    from dsv4ctl.cli import main
+    from dsv4ctl.store import open_store
+
+    good, bad = replay_pair(tmp_path, "batch>=1:1.0", {"K1": "1", "K2": "1"})  # every run fails, GOOD's too
+    done = run_bisect(tmp_path, good, bad, "--base-runs", "5", "--yes", "--json")
+    assert done.returncode == 1, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["kind"] == "nothing" and result["jobs"] == 10  # the base runs only, not 40
+    assert result["good"]["failures"] == 5 and "as often as BAD" in result["reason"]
+    store = open_store(tmp_path / "r.db")
+    assert store.db.execute("SELECT state FROM bisections WHERE id = 1").fetchone()[0] == "done"
+    with pytest.raises(SystemExit):
+        main(["bisect-report", "1", "--db", str(tmp_path / "r.db")])
+    page = capsys.readouterr().out
+    assert "Nothing to bisect: GOOD fails 5/5" in page and "has not finished" not in page
+    again = run_bisect(tmp_path, "--resume", "1", "--yes")
+    assert again.returncode == 1 and "nothing to bisect" in again.stdout and "step 1" not in again.stderr
+
+
+def test_a_finished_bisection_prints_its_result_without_yes_and_without_a_job(tmp_path):
+    good, bad = replay_pair(tmp_path, "K2=1:1.0", {"K1": "1", "K2": "1"})
+    first = run_bisect(tmp_path, good, bad, "--yes")
+    assert first.returncode == 0 and "environment.env.K2" in first.stdout, first.stderr[-2000:]
+    jobs = first.stdout.split("jobs spent: ")[1].split()[0]
+    again = run_bisect(tmp_path, good, bad)  # no terminal and no --yes: nothing to confirm, nothing to submit
+    assert again.returncode == 0, again.stderr
+    assert "environment.env.K2" in again.stdout and f"jobs spent: {jobs}" in again.stdout
+    assert "plan:" not in again.stderr and "--yes" not in again.stderr
+
+
+def test_resume_with_other_specs_is_refused(tmp_path):
+    good, bad = replay_pair(tmp_path, "K2=1:1.0", {"K1": "1", "K2": "1"})
+    assert run_bisect(tmp_path, good, bad, "--yes").returncode == 0
+    other = tmp_path / "other-bad.yaml"
+    other.write_text("extends: good.yaml\nname: other-bad\nenvironment:\n  env: {K3: \"1\"}\n", encoding="utf-8")
+    refused = run_bisect(tmp_path, "--resume", "1", good, other, "--yes")
+    assert refused.returncode == 2 and "--resume 1 is the bisection of" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and refused.stdout == ""
+    same = run_bisect(tmp_path, "--resume", "1", good, bad, "--yes")
+    assert same.returncode == 0 and "environment.env.K2" in same.stdout, same.stderr
+
+
+def test_a_bisection_held_by_another_process_is_refused_with_its_pid(tmp_path):
+    import os
+
+    from dsv4ctl.bisect import running
+    from dsv4ctl.store import open_store
+
+    good, bad = replay_pair(tmp_path, "batch>=1:1.0", {"K1": "1"})
+    first = run_bisect(tmp_path, good, bad, "--yes")  # creates bisection 1 (nothing to bisect, finished)
+    assert first.returncode == 1
+    store = open_store(tmp_path / "r.db")
+    store.db.execute("UPDATE bisections SET state = 'running', result_json = NULL WHERE id = 1")
+    store.db.commit()
+    with running(store, 1):
+        busy = run_bisect(tmp_path, "--resume", "1", "--yes")
+    assert busy.returncode == 2, busy.stderr
+    assert f"bisection 1 is being run by pid {os.getpid()}" in busy.stderr
+    assert run_bisect(tmp_path, "--resume", "1", "--yes").returncode == 1  # released: it runs again
+
+
+def test_two_processes_on_one_bisection_never_submit_a_round_twice(tmp_path):
+    import json
+
+    good, bad = replay_pair(tmp_path, "K5=1:1.0", {f"K{i}": "1" for i in range(1, 9)})
+    procs = [run_bisect(tmp_path, good, bad, "--yes", "--json", wait=False) for _ in range(2)]
+    outs = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]
+    for p in procs:
+        p.stdout.close()
+        p.stderr.close()
+    finished = [json.loads(out) for code, out, _ in outs if code == 0]
+    refused = [err for code, _, err in outs if code == 2]
+    assert finished and len(finished) + len(refused) == 2, outs
+    assert all("is being run by pid" in err for err in refused)
+    alone_tmp = tmp_path / "alone"
+    alone = json.loads(run_bisect(alone_tmp, *replay_pair(alone_tmp, "K5=1:1.0",
+                                                          {f"K{i}": "1" for i in range(1, 9)}),
+                                  "--yes", "--json").stdout)
+    assert {r["jobs"] for r in finished} == {alone["jobs"]}  # the same jobs as one process alone spends
+    assert [c["name"] for c in finished[0]["culprit"]] == ["environment.env.K5"]
+
+
+def test_unknown_bisections_exit_2(tmp_path, capsys):
+    from dsv4ctl.cli import main
+    from dsv4ctl.store import open_store
+
+    open_store(tmp_path / "r.db")
+    for argv in (["bisect-report", "999"], ["bisect", "--resume", "999", "--yes"]):
+        with pytest.raises(SystemExit) as exited:
+            main([*argv, "--db", str(tmp_path / "r.db")])
+        assert exited.value.code == 2 and "no bisection 999" in capsys.readouterr().err
+
+
+def test_a_range_beyond_the_limit_names_the_limit():
+    with pytest.raises(UsageError, match=r"1000000000 is outside the values a range may hold "
+                                         r"\(-999999999\.\.999999999\)"):
+        bc.parse_range("1..1000000000")
+    with pytest.raises(UsageError, match="outside"):
+        bc.parse_range("1.." + "9" * 5000)
+    assert bc.parse_range("-5..3") == (-5, 3)  # the field's own bounds are the spec's business
+
+
+def test_a_range_is_checked_against_the_fields_own_bounds(write_spec):
+    from dsv4ctl.specload import select_point
+
+    from .conftest import BASE_SPEC
+
+    spec = select_point(write_spec(BASE_SPEC), None).snapshot()
+    bc.check_field_range(spec, "batch", 1, 8)
+    with pytest.raises(UsageError, match=r"batch=-5: -5 is below the minimum 1"):
+        bc.check_field_range(spec, "batch", -5, 3)
+    with pytest.raises(UsageError, match=r"sampling.max_tokens=0: 0 is below the minimum 1"):
+        bc.check_field_range(spec, "sampling.max_tokens", 0, 16)

@@ -40,19 +40,38 @@ def bisect(specs: Annotated[Optional[list[Path]], typer.Argument(
     --range LOW..HIGH to the smallest failing value. Every point is real jobs, judged by its failure rate with Wilson
     95% intervals; the plan and its worst-case cost come first. The same command again resumes. Exit 0 with a sure
     answer, 1 when it is not sure (ambiguous, or --max-jobs spent)."""
-    from ..bisect_search import execute, prepared_from_store
+    from ..bisect_search import execute, finished_result, prepared_from_store
     from ..config import runs_dir as configured_runs_dir
 
     store = open_store(db)
+    result = None
     if resume is not None:
         prepared, settings = prepared_from_store(store, resume, max_jobs)
+        if specs or field or range_:
+            _same_as_resumed(resume, prepared, _prepare(specs or [], field, range_, settings), settings)
     else:
         settings = _settings(backend, configured_runs_dir(runs_dir), max_jobs, cap, base_runs, threshold)
         prepared = _prepare(specs or [], field, range_, settings)
-        _confirm(prepared.plan, yes, json)
-    result = execute(store, prepared, settings, " ".join(["dsv4ctl", *sys.argv[1:]]), output.info, resume)
+        result = finished_result(store, prepared, settings)  # a finished one needs no job, so no confirmation
+        if result is None:
+            _confirm(prepared.plan, yes, json)
+    if result is None:
+        result = execute(store, prepared, settings, " ".join(["dsv4ctl", *sys.argv[1:]]), output.info, resume)
     _show(result, json)
     raise typer.Exit(0 if result["sure"] else 1)
+
+
+def _same_as_resumed(resume: int, stored, given, settings) -> None:
+    """`--resume N` with specs (or --field/--range) that are not bisection N's: refused, never silently ignored."""
+    from ..bisect import inputs_key
+    from ..errors import UsageError
+
+    if inputs_key(given.kind, given.inputs, settings) != inputs_key(stored.kind, stored.inputs, settings):
+        inputs = stored.inputs
+        what = (f"{inputs['good_path']} {inputs['bad_path']}" if stored.kind == "changes" else
+                f"{inputs['spec_path']} --field {inputs['field']} --range {inputs['range'][0]}..{inputs['range'][1]}")
+        raise UsageError(f"--resume {resume} is the bisection of {what}; the specs given are not: drop them to "
+                         f"resume it, or drop --resume to bisect them")
 
 
 def _settings(backend, runs_root: Path, max_jobs: int, cap: int, base_runs: int, threshold: float):
@@ -92,6 +111,10 @@ def _confirm(plan, yes: bool, as_json: bool) -> None:
 def _show(result: dict, as_json: bool) -> None:
     if as_json:
         output.emit_json(result)
+        return
+    if result["kind"] == "nothing":
+        output.text(f"bisection {result['bisection']}: nothing to bisect: {result['reason']}")
+        output.text(f"jobs spent: {result['jobs']}")
         return
     if result["kind"] == "changes":
         output.text(f"bisection {result['bisection']}: GOOD fails {_rate(result['good'])}, BAD {_rate(result['bad'])}")
