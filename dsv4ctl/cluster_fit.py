@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .spec import SlurmSpec
+if TYPE_CHECKING:  # a leaf: the scheduler imports it, so it must not import the spec back
+    from .spec import SlurmSpec
 
 # sinfo's fields, one line per group of like nodes: partition (default marked *), CPUs, memory (MB), GRES,
 # time limit, node count, availability.
@@ -88,7 +90,7 @@ def slurm_minutes(text: str) -> int | None:
     return -(-seconds // 60)
 
 
-def refusals(slurm: SlurmSpec, groups: list[NodeGroup]) -> list[Refusal]:
+def refusals(slurm: "SlurmSpec", groups: list[NodeGroup]) -> list[Refusal]:
     """What the spec asks for that no node group of its partition has; empty when every asked resource fits
     somewhere (then the refusal was something else: account, QOS, a reservation — sbatch's words say which)."""
     if not groups:
