@@ -71,10 +71,12 @@ def serve_spec(**load: Any) -> dict[str, Any]:
 
 def write_run(run_dir: Path, records: list[dict[str, Any]], *, memory: list[dict[str, Any]] | None = None,
               server_log: str | None = "server-clean.log", spec: dict[str, Any] | None = None,
-              py_exit: int = 0, verdict: str = "COHERENT", ready_s: float = 4.0, raw_tail: list[str] = (),
-              extra_serve: dict[str, Any] | None = None) -> Path:
+              py_exit: int | None = 0, verdict: str | None = "COHERENT", ready_s: float | None = 4.0,
+              raw_tail: list[str] = (), extra_serve: dict[str, Any] | None = None) -> Path:
     """Write a serve run's directory; returns raw.log's path. `memory=None` writes flat memory; `server_log` names a
-    fixture in tests/fixtures/serving (None: no server.log)."""
+    fixture in tests/fixtures/serving (None: no server.log). `ready_s=None`: the server never became ready (no
+    SERVER_READY, no load); `py_exit=None` / `verdict=None`: the job was killed before printing them. Blocks are
+    printed as the job prints them, the request's own index on TOKEN_IDS (`TOKEN_IDS[3]: [...]`)."""
     spec = spec or serve_spec()
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "serve-requests.jsonl", "w", encoding="utf-8") as out:
@@ -86,26 +88,31 @@ def write_run(run_dir: Path, records: list[dict[str, Any]], *, memory: list[dict
     if server_log is not None:
         (run_dir / "server.log").write_text((SERVING / server_log).read_text(encoding="utf-8"), encoding="utf-8")
     measured = [r for r in records if not r["warmup"]]
-    lines = [markers.stage_line("env"), markers.stage_line("serve start"), markers.server_ready_line(ready_s),
-             markers.dsv4_line("DSV4_SERVE", {"ready_s": ready_s, "load": spec["load"],
-                                              "ignore_eos": spec["sampling"]["ignore_eos"],
+    lines = [markers.stage_line("env"), markers.stage_line("serve start"),
+             markers.dsv4_line("DSV4_SERVE", {"load": spec["load"], "ignore_eos": spec["sampling"]["ignore_eos"],
+                                              "expect": {"bos_id": BOS, "max_repeat_run": 8},
                                               "files": {"server_log": "server.log",
                                                         "requests": "serve-requests.jsonl",
-                                                        "memory": "serve-memory.jsonl"}, **(extra_serve or {})}),
-             markers.stage_line("load"),
-             markers.dsv4_line("DSV4_EXPECT", {"ignore_eos": spec["sampling"]["ignore_eos"],
-                                               "n_requests": len(measured), "bos_id": BOS, "max_repeat_run": 8})]
-    for r in measured:
-        if not is_completed(r):
-            lines.append(markers.dsv4_line("DSV4_REQUEST_ERROR", {"index": r["index"], "error": r["error"]}))
-            continue
-        lines += [markers.request_line(r["index"]), markers.field_line("TOKEN_IDS", json.dumps(r["token_ids"])),
-                  markers.field_line("FINISH_REASON", str(r["finish_reason"])),
-                  markers.field_line("OUTPUT_REPR", repr(r["text"])), markers.field_line("OUTPUT", r["text"])]
-    duration = max((r["send_s"] + (r["e2el_s"] or 0) for r in measured), default=1.0)
-    lines.append(markers.dsv4_line("DSV4_METRICS", summarise(records, duration, spec["load"]["slo"])))
-    lines += [markers.stage_line("serve stop"), markers.dsv4_line("DSV4_VERDICT", verdict), *raw_tail,
-              markers.py_exit_line(py_exit)]
+                                                        "memory": "serve-memory.jsonl"}, **(extra_serve or {})})]
+    if ready_s is not None:
+        lines += [markers.server_ready_line(ready_s), markers.stage_line("load")]
+    if verdict is not None:
+        lines.append(markers.dsv4_line("DSV4_EXPECT", {"ignore_eos": spec["sampling"]["ignore_eos"],
+                                                       "n_requests": len(measured), "bos_id": BOS,
+                                                       "max_repeat_run": 8}))
+        for r in measured:
+            if not is_completed(r):
+                lines.append(markers.dsv4_line("DSV4_REQUEST_ERROR", {"index": r["index"], "error": r["error"]}))
+                continue
+            lines += [markers.request_line(r["index"]), f"TOKEN_IDS[{r['index']}]: {json.dumps(r['token_ids'])}",
+                      markers.field_line("FINISH_REASON", str(r["finish_reason"])),
+                      markers.field_line("OUTPUT_REPR", repr(r["text"])), markers.field_line("OUTPUT", r["text"])]
+        duration = max((r["send_s"] + (r["e2el_s"] or 0) for r in measured), default=1.0)
+        lines.append(markers.dsv4_line("DSV4_METRICS", summarise(records, duration, spec["load"]["slo"])))
+        lines += [markers.stage_line("serve stop"), markers.dsv4_line("DSV4_VERDICT", verdict)]
+    lines += list(raw_tail)
+    if py_exit is not None:
+        lines.append(markers.py_exit_line(py_exit))
     raw = run_dir / "raw.log"
     raw.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return raw

@@ -20,22 +20,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .rules import Blocker, Verdict, judge, main_path_errors, root_cause
+from .rules import Blocker, Verdict, judge, main_path_errors
 from .sacct import SchedulerSummary
 from .scan import LogFacts, parse_file
-from .serve_rules import ServeJudgement, assess, model_eos_ids, serve_options
-from .serving import summarise
+from .serve_cause import ServerStory, first_line, read_story, refused, sharpest
+from .serve_rules import ServeJudgement, assess, model_eos_ids, offline_rules, serve_options
+from .serving import is_completed, summarise
 
 FILES = {"server_log": "server.log", "requests": "serve-requests.jsonl", "memory": "serve-memory.jsonl"}
 MAX_LINE_BYTES = 4 << 20  # one record: max_tokens ids and the text fit many times over
 MAX_RECORDS = 2_000_000  # past this the file is not the load a spec can ask for (limits.MAX_PROMPTS is 1e6)
 MAX_SAMPLES = 1 << 20  # memory samples: a week at one sample every 0.6 s
 MAX_UNREADABLE_SHOWN = 8
-# Where the server's shutdown begins in server.log (vLLM 0.1x-0.3x launcher, uvicorn, older vLLM): an error after it,
-# once the load completed, comes from stopping the server (the job's SIGINT), e.g. EngineDeadError from the output
-# handler when the engine core is killed first. Said so, still a finding.
-SHUTDOWN_MARKS: tuple[bytes, ...] = (b"shutdown triggered", b"Shutting down", b"Gracefully stopping")
-MAX_SHUTDOWN_SCAN_LINES = 1 << 22
 _NUMBER = (int, float)
 
 
@@ -163,28 +159,10 @@ class ServeEvidence:
     server_log: Path | None = None
 
 
-def shutdown_line(path: Path) -> int | None:
-    """The 1-based number of server.log's first line with a SHUTDOWN_MARKS phrase, or None (bounded: a line is read
-    at most MAX_LINE_BYTES at a time, at most MAX_SHUTDOWN_SCAN_LINES lines)."""
-    try:
-        with path.open("rb") as f:
-            number = 0
-            while number < MAX_SHUTDOWN_SCAN_LINES:
-                line = f.readline(MAX_LINE_BYTES)
-                if not line:
-                    return None
-                number += 1
-                if any(mark in line for mark in SHUTDOWN_MARKS):
-                    return number
-                while line and not line.endswith(b"\n"):  # the rest of an over-long line is not a new line
-                    line = f.readline(MAX_LINE_BYTES)
-    except OSError:
-        return None
-    return None
-
-
 def read_evidence(run_dir: Path, serve: dict[str, Any], snapshot: dict[str, Any]) -> ServeEvidence:
     requests = read_jsonl(_file(run_dir, serve, "requests"), record_problem, MAX_RECORDS, _slim)
+    # Appended as each request ended (a killed job's file is in completion order): warm-ups first, then by index.
+    requests.rows.sort(key=lambda r: (not r["warmup"], r["index"]))
     memory = read_jsonl(_file(run_dir, serve, "memory"), sample_problem, MAX_SAMPLES)
     server_log = _file(run_dir, serve, "server_log")
     try:
@@ -197,8 +175,11 @@ def read_evidence(run_dir: Path, serve: dict[str, Any], snapshot: dict[str, Any]
 def judge_serve_run(facts: LogFacts, scheduler: SchedulerSummary | None, snapshot: dict[str, Any] | None,
                     run_dir: Path) -> Verdict:
     """raw.log's verdict under the serve options, then the serve files' evidence joined into it."""
+    said = facts.serve.get("expect") if isinstance(facts.serve.get("expect"), dict) else {}
     spec = snapshot or {"load": facts.serve.get("load") if isinstance(facts.serve.get("load"), dict) else {},
-                        "sampling": {"ignore_eos": facts.serve.get("ignore_eos", True)}}
+                        "sampling": {"ignore_eos": facts.serve.get("ignore_eos", True)},
+                        "expect": {k: v for k, v in {**said, **facts.expect}.items()
+                                   if k in ("bos_id", "max_repeat_run") and _is_int(v)}}
     options = serve_options(spec, 1 << 62)
     if isinstance(facts.expect.get("n_requests"), int):
         # A failed request prints DSV4_REQUEST_ERROR instead of a block: raw.log owes blocks for the others only
@@ -211,6 +192,10 @@ def judge_serve_run(facts: LogFacts, scheduler: SchedulerSummary | None, snapsho
     unreadable = evidence.requests.unreadable + evidence.requests.past_cap
     judgement = assess(spec, records, evidence.memory.rows, eos_ids=evidence.eos_ids, ready_s=ready,
                        unreadable=unreadable)
+    if not facts.requests and any(map(is_completed, records)):  # killed before its blocks: the records are all
+        offline_rules(judgement, spec, records)
+        judgement.findings.append(f"raw.log has no request blocks: the offline rules judged the {len(records)} "
+                                  "record(s) of serve-requests.jsonl")
     if evidence.memory.unreadable:
         judgement.blockers.append(f"{evidence.memory.unreadable} unreadable memory sample(s) "
                                   f"({evidence.memory.examples[0]}): the memory record cannot be trusted")
@@ -235,45 +220,37 @@ def _read_note(read: JsonlRead) -> dict[str, Any]:
             "examples": read.examples, "past_cap": read.past_cap}
 
 
-def _server_cause(evidence: ServeEvidence) -> Blocker | None:
-    if evidence.server_facts is None:
-        return None
-    cause = root_cause(main_path_errors(evidence.server_facts))
-    if cause is not None:
-        cause.evidence = [f"server.log line {cause.line}", *cause.evidence]
-    return cause
+def _server_failed(facts: LogFacts) -> Blocker | None:
+    """raw.log's ServerFailed (the job's word that its server did not come up, or died, or was not its own)."""
+    return next((e for e in main_path_errors(facts) if "ServerFailed" in (e.message or "")), None)
+
+
+NEVER_READY = ("before it was ready", "did not answer GET /health", "is in use by another process",
+               "was answered by")
 
 
 def _join(verdict: Verdict, judgement: ServeJudgement, evidence: ServeEvidence, facts: LogFacts,
           scheduler: SchedulerSummary | None) -> None:
     """Fold the serve evidence into raw.log's verdict; status, first blocker, passed and false green follow."""
-    cause = _server_cause(evidence)
+    story = read_story(evidence.server_facts, evidence.server_log) if evidence.server_facts is not None else None
+    failed = _server_failed(facts)
+    never_ready = failed is not None and any(p in failed.message for p in NEVER_READY)
     load_hurt = (judgement.status == "incomplete" or verdict.status in ("crashed", "incomplete")
                  or evidence.requests.missing)
-    if cause is not None and cause.family == "device" and verdict.status != "device_error":
-        verdict.status, verdict.first_blocker = "device_error", cause
-        verdict.reasons.insert(0, f"server.log: device-side failure at line {cause.line}: "
-                                  f"{cause.message.splitlines()[0][:300]}")
-    elif cause is not None and load_hurt and verdict.status not in ("device_error", "nonfinite"):
-        verdict.status, verdict.first_blocker = "crashed", cause
-        verdict.reasons.insert(0, f"server.log: {cause.family} error at line {cause.line} ended the server: "
-                                  f"{cause.message.splitlines()[0][:300] if cause.message else cause.kind}")
-    elif cause is not None:
-        # read again only here, on an error after a good load: a clean server.log is scanned once
-        begun = shutdown_line(evidence.server_log) if evidence.server_log is not None else None
-        when = (f"during the server's shutdown (begun at line {begun}), after the load completed"
-                if begun is not None and cause.line > begun else "although the load completed")
-        judgement.findings.append(f"server.log has an error at line {cause.line} {when}: "
-                                  f"{cause.message.splitlines()[0][:200] if cause.message else cause.kind}")
+    _server_status(verdict, judgement, story, failed, never_ready, load_hurt)
     if evidence.requests.missing and verdict.status == "coherent":
         verdict.status = "incomplete"
         verdict.reasons.append("serve-requests.jsonl is missing: the load's own record is not there")
-    # The job's own DSV4_VERDICT said the load went wrong and no request block shows how: the records do.
+    # raw.log alone called the run crashed or degenerate for want of request blocks (every request failed, none
+    # was sent, the job exited 2): the records say what went wrong.
+    no_cause = verdict.first_blocker is None and verdict.status in ("crashed", "degenerate")
     only_probe_said = verdict.status == "degenerate" and bool(verdict.reasons) and \
         verdict.reasons[0].startswith("the probe itself judged")
-    if judgement.status != "coherent" and (verdict.status == "coherent" or only_probe_said):
+    if judgement.status != "coherent" and (verdict.status == "coherent" or only_probe_said or no_cause):
+        if no_cause and verdict.status == "crashed":
+            verdict.reasons = [r for r in verdict.reasons if not r.startswith("Python exited ")]
         verdict.status = judgement.status
-        verdict.first_blocker = _request_blocker(judgement)
+        verdict.first_blocker = _request_blocker(judgement, facts)
     verdict.reasons += [r for r in judgement.reasons if r not in verdict.reasons]
     verdict.reasons += judgement.blockers
     verdict.passed = verdict.passed and verdict.status == "coherent" and not judgement.blockers
@@ -286,13 +263,59 @@ def _join(verdict: Verdict, judgement: ServeJudgement, evidence: ServeEvidence, 
         verdict.reasons.append(f"FALSE GREEN: {', '.join(success)} although the run is {verdict.status}")
 
 
-def _request_blocker(judgement: ServeJudgement) -> Blocker:
+def _server_status(verdict: Verdict, judgement: ServeJudgement, story: ServerStory | None,
+                   failed: Blocker | None, never_ready: bool, load_hurt: bool) -> None:
+    """What server.log changes: a device error or a server that ended is `crashed` with its root cause; a server
+    that stayed up has its errors said, not blamed (a refused request is logged too); the shutdown's are said."""
+    cause = story.cause if story is not None else None
+    ended = failed is not None or (story is not None and (story.engine_death is not None
+                                                          or story.marks.ended_before_stop))
+    if never_ready and failed is not None:
+        verdict.reasons = [r for r in verdict.reasons if "ServerFailed" not in r]
+        verdict.reasons.insert(0, f"the vLLM server never became ready: {first_line(failed)}")
+        if cause is None:
+            verdict.status, verdict.first_blocker = "crashed", failed
+    if cause is not None and cause.family == "device" and verdict.status != "device_error":
+        verdict.status, verdict.first_blocker = "device_error", cause
+        verdict.reasons.insert(0, f"server.log: device-side failure at line {cause.line}: {first_line(cause)}")
+    elif cause is not None and load_hurt and ended and verdict.status not in ("device_error", "nonfinite"):
+        verdict.status, verdict.first_blocker = "crashed", cause
+        what = "ended the engine" if cause is story.engine_death else "ended the server"
+        verdict.reasons.insert(1 if never_ready else 0,
+                               f"server.log: {cause.family} error at line {cause.line} {what}: {first_line(cause)}")
+    elif cause is not None:
+        first_failed = judgement.first_failed
+        why = ("although the load completed" if not load_hurt else
+               "for a request it refused; the server stayed up" if first_failed and refused(first_failed["error"])
+               else "while the server stayed up")
+        judgement.findings.append(f"server.log has an error at line {cause.line} {why}: {first_line(cause, 200)}")
+    if story is not None and story.after:
+        noise = next((e for e in story.after if e.exc_type), None) or sharpest(story.after)
+        begun = story.marks.job_stop or story.marks.shutdown
+        when = (f"during the server's shutdown (begun at line {begun})" if begun is not None and noise.line > begun
+                else "from the job's own signal to the server")
+        judgement.findings.append(f"server.log has an error at line {noise.line} {when}, not counted: "
+                                  f"{first_line(noise, 200)}")
+
+
+def _request_blocker(judgement: ServeJudgement, facts: LogFacts) -> Blocker:
     if judgement.first_failed is not None:
         failed = judgement.first_failed
-        return Blocker(0, "request_error", f"request {failed['index']} failed: {failed['error']}",
-                       evidence=["serve-requests.jsonl"])
+        return Blocker(_request_error_line(facts, failed["index"]), "request_error",
+                       f"request {failed['index']} failed: {failed['error']}", evidence=["serve-requests.jsonl"])
     if judgement.first_bad is not None:
         bad = judgement.first_bad
         return Blocker(0, "degenerate_output", f"request {bad['index']}: {bad['problem']}",
                        evidence=["serve-requests.jsonl"])
     return Blocker(0, "missing_requests", judgement.reasons[0] if judgement.reasons else "requests missing")
+
+
+def _request_error_line(facts: LogFacts, index) -> int:
+    """raw.log's DSV4_REQUEST_ERROR line of that request (0 when raw.log has none)."""
+    for event in facts.request_errors:
+        try:
+            if json.loads(event.text).get("index") == index:
+                return event.line
+        except (ValueError, AttributeError):
+            continue
+    return 0

@@ -195,6 +195,9 @@ def assess(spec: dict[str, Any], records: list[dict[str, Any]], memory: list[dic
     expected = load.get("num_prompts") if load.get("duration_s") is None else None
     missing = max(0, expected - len(runs)) if isinstance(expected, int) else 0
     status = "coherent"
+    if expected is None and not runs:
+        status = "incomplete"
+        reasons.append(f"the soak sent no request in duration_s={load.get('duration_s')}")
     if failed or missing:
         status = "incomplete"
         if failed:
@@ -250,7 +253,7 @@ def request_blocks(records: list[dict[str, Any]]) -> list[RequestBlock]:
         if not is_completed(r):
             continue
         ids = r.get("token_ids")
-        ids = [t for t in ids if isinstance(t, int) and not isinstance(t, bool)] if isinstance(ids, list) else []
+        ids = [t for t in ids if isinstance(t, int) and not isinstance(t, bool)] if isinstance(ids, _ID_LISTS) else []
         index = r.get("index")
         index = index if isinstance(index, int) and not isinstance(index, bool) and index >= 0 else len(blocks)
         text = r.get("text") if isinstance(r.get("text"), str) else None
@@ -296,6 +299,13 @@ def judge_serve(spec: dict[str, Any], records: list[dict[str, Any]], memory: lis
                 ready_s: float | None = None) -> ServeJudgement:
     """The job side's whole verdict on its own load: offline rules per completed request, then the serve rules."""
     judgement = assess(spec, records, memory, eos_ids=eos_ids, ready_s=ready_s)
+    offline_rules(judgement, spec, records)
+    return judgement
+
+
+def offline_rules(judgement: ServeJudgement, spec: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """The offline rules (BOS runs, repeats, golden) on the records' ids, folded into the judgement. The CLI runs them
+    too when raw.log has no request blocks (a job killed before it printed them): what got through is judged."""
     blocks = request_blocks(records)
     options = serve_options(spec, 1 + max((b.index for b in blocks), default=-1))
     verdicts = [judge_request(block, options) for block in blocks]
@@ -308,4 +318,3 @@ def judge_serve(spec: dict[str, Any], records: list[dict[str, Any]], memory: lis
         if judgement.first_bad is None:
             judgement.first_bad = {"index": bad[0].index, "problem": bad[0].problems[0]}
         judgement.counts["bad"] += len(bad)
-    return judgement
