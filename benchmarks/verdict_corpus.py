@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Score the verdict on folders of labelled real logs: the generalization protocol of issue 21.
 
-    python benchmarks/verdict_corpus.py DIR [DIR...] [--markdown] [--json] [--quiet]
+    python benchmarks/verdict_corpus.py DIR [DIR...] [--markdown] [--json] [--quiet] [--text-rules]
 
 A case is any folder (at any depth under DIR) holding `raw.log` and `meta.json`; an optional `sacct.txt` (or
 `raw.sacct`) beside them is the scheduler's record. The labels are those of `../shared/corpus/` (`labels.
@@ -14,6 +14,10 @@ expected_class`, `acceptable_classes`, `root_cause_substring`, `root_cause_alter
                holds none of the forbidden substrings
   tool error   the judge raised, or the verdict is not JSON-serialisable
   coherent FP  a case labelled `coherent` that the verdict calls anything else (the text rules' false alarms)
+
+`--text-rules` also runs the text rules alone on every coherent-labelled case: on each output the scanner read, or
+on the whole excerpt when it read none (an answer pasted as plain text), and prints what they flagged and the
+false-positive rate.
 
 It judges in-process (`dsv4ctl.judge`), one parse per case, so hundreds of cases take seconds. The last line is
 the totals; `--json` prints one object per case and the totals as JSON lines instead.
@@ -31,6 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dsv4ctl.judge.files import judge_files  # noqa: E402
+from dsv4ctl.judge.scan import parse_file  # noqa: E402
+from dsv4ctl.judge.textrules import text_problems  # noqa: E402
 
 SACCT_NAMES = ("sacct.txt", "raw.sacct")
 
@@ -114,6 +120,24 @@ def totals_line(t: dict) -> str:
             f"tool errors: {t['tool_errors']}{fp}")
 
 
+def text_rule_alarms(cases: list[Path]) -> tuple[int, list[tuple[str, str]]]:
+    """(texts judged, [(case, problem)]) for the text rules alone on the coherent-labelled cases."""
+    judged, alarms = 0, []
+    for case in cases:
+        meta = json.loads((case / "meta.json").read_text(encoding="utf-8"))
+        if meta["labels"]["expected_class"] != "coherent":
+            continue
+        texts = [r.output for r in parse_file(str(case / "raw.log")).requests if r.output is not None]
+        if not texts:
+            texts = [(case / "raw.log").read_text(encoding="utf-8", errors="replace")]
+        for text in texts:
+            judged += 1
+            problems = text_problems(text, 8)
+            if problems:
+                alarms.append((case.name, problems[0]))
+    return judged, alarms
+
+
 def main(argv: list[str]) -> int:
     flags = {a for a in argv if a.startswith("--")}
     roots = [Path(a) for a in argv if not a.startswith("--")]
@@ -138,9 +162,9 @@ def main(argv: list[str]) -> int:
         return 0
     if "--markdown" in flags:
         print("| case | expected | status | class | root cause | s |\n|---|---|---|---|---|---|")
-    common = os.path.commonpath([str(r) for r in roots]) if len(roots) > 1 else str(roots[0])
+    common = os.path.commonpath([str(r.resolve()) for r in roots]) if len(roots) > 1 else str(roots[0])
     for r in rows:
-        name = os.path.relpath(r["case"], common)
+        name = os.path.relpath(Path(r["case"]).resolve(), common) if len(roots) > 1 else os.path.relpath(r["case"], common)
         if "--markdown" in flags:
             print(f"| {name} | {r['expected']} | {r['status']} | {mark(r['class_ok'])} | {mark(r['root_ok'])} "
                   f"| {r['seconds']:.2f} |")
@@ -148,6 +172,12 @@ def main(argv: list[str]) -> int:
             print(f"{name:48s} expected={r['expected']:12s} status={str(r['status']):12s} "
                   f"class={mark(r['class_ok']):3s} root={mark(r['root_ok']):3s} {r['error'] or ''}| {r['blocker'][:100]}")
     print(totals_line(t))
+    if "--text-rules" in flags:
+        judged, alarms = text_rule_alarms(cases)
+        for name, problem in alarms:
+            print(f"text rules flagged {name}: {problem[:120]}")
+        rate = f"{len(alarms) / judged:.1%}" if judged else "n/a"
+        print(f"text rules on coherent outputs: {len(alarms)} flagged of {judged} ({rate})")
     return 0
 
 

@@ -16,6 +16,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"runtime result = ", b"error code is 5", b"Out of memory: Kill", b"oom-kill", b"oom_kill",
     b"Lmod has detected", b"command not found",
     b"Generated text", b"CompletionOutput(", "begin▁of▁sentence｜><｜begin".encode(),
+    b'"choices"', b'"delta"', b'"message"', b"data: {", b"data:{", b"data: [DONE]", b"_ids", b"token ids", b"output ids", b"0, 0, 0, 0, 0",
+    b"\\n", b"<s><s>", b"<|begin_of_text|><|begin",
 )
 # Anchors of vLLM's engine-start lines: dropped once the engine is ready, they never occur during generation.
 _ENGINE_ANCHORS: tuple[bytes, ...] = (

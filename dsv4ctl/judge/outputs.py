@@ -1,13 +1,18 @@
 """Outputs printed by vLLM's examples and people's scripts, read as results: `Prompt: '...', Generated text: '...'`
-lines, `RequestOutput(... CompletionOutput(index=0, text='...', token_ids=[...]) ...)` reprs, and bare runs of BOS
-text. Token ids are used when printed; otherwise the text rules below judge the text.
+lines, `RequestOutput(... CompletionOutput(index=0, text='...', token_ids=[...], cumulative_logprob=...) ...)` reprs,
+OpenAI chat/completion JSON bodies (the answer's `content` or `text`; streamed `data:` chunks are joined by the
+scanner), labelled token-id lists (`token_ids: [...]`, `output_ids=[...]`) and bare ones, bare repr() lines of an
+answer, and bare runs of BOS text. Token ids are used when printed; otherwise `textrules` judges the text.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass
+
+from .textrules import text_problems  # noqa: F401  (re-exported: the request rules import it from here)
 
 BOS_TEXT = "<｜begin▁of▁sentence｜>"
 BOS_TEXTS = (BOS_TEXT, "<s>", "<|begin_of_text|>")
@@ -21,10 +26,24 @@ _BOS_RUN = re.compile("(?:" + "|".join(re.escape(b) for b in BOS_TEXTS) + r")\s*
                       + "|".join(re.escape(b) for b in BOS_TEXTS) + ")")
 
 
+# NaN/inf where a logprob is printed: `cumulative_logprob=nan`, `Logprob(logprob=-inf, ...)`, `"logprob": NaN`.
+NONFINITE_LOGPROB = re.compile(r"""(?:cumulative_logprob|logprob)["']?\s*[=:]\s*(?P<v>-?(?:nan|inf(?:inity)?))\b""",
+                               re.I)
+# OpenAI bodies: the assistant's message or a streamed delta, then its content; a completion choice's text.
+_JSON_ANSWER = re.compile(r'"(?:message|delta)"\s*:\s*\{[^{}]{0,300}?"content"\s*:\s*"(?P<s>(?:[^"\\]|\\.)*)(?P<end>")?'
+                          r'|"choices"\s*:\s*\[\s*\{[^{}]{0,300}?"text"\s*:\s*"(?P<t>(?:[^"\\]|\\.)*)(?P<tend>")?')
+_SSE = re.compile(r"^data: ?(?P<body>\{.*)$")
+_IDS_LABEL = re.compile(r"(?<![\w.])(?:(?:output|generated|completion)[ _](?:token[ _])?ids|token[ _]ids)['\"]?\s*[=:]\s*"
+                        r"(?:array\('l', |tensor\(\[?)?\[(?P<ids>[-\d,\s]{0,1000000})\]")
+_BARE_IDS = re.compile(r"^\[\[?(?P<ids>\s*\d{1,9}(?:\s*,\s*\d{1,9}){7,})\s*,?\s*\]\]?$")
+_BARE_REPR = re.compile(r"^(?P<lit>'(?:[^'\\]|\\.){4,}'|\"(?:[^\"\\]|\\.){4,}\")$")
+
+
 @dataclass(frozen=True)
 class PrintedOutput:
-    text: str
+    text: str | None
     token_ids: list[int] | None
+    nonfinite: str | None = None  # the NaN/inf logprob text, when one was printed
 
 
 def literal(text: str) -> str:
@@ -35,79 +54,68 @@ def literal(text: str) -> str:
     return value if isinstance(value, str) else text[1:-1]
 
 
+def _ids(text: str) -> list[int]:
+    return [int(t) for t in re.findall(r"-?\d{1,12}", text)]
+
+
+def _nonfinite(text: str) -> str | None:
+    m = NONFINITE_LOGPROB.search(text) if ("nan" in text.lower() or "inf" in text.lower()) else None
+    return m.group(0) if m else None
+
+
+def json_string(body: str) -> str:
+    """A JSON string's body (without its quotes) decoded; a cut one is decoded as far as it goes."""
+    try:
+        return json.loads('"' + body + '"')
+    except ValueError:
+        return re.sub(r"\\(.)", r"\1", body)
+
+
 def read_outputs(content: str) -> list[PrintedOutput]:
-    """The outputs printed on one line (a list of RequestOutputs holds several)."""
+    """The outputs printed on one line (a list of RequestOutputs holds several; a JSON body one per choice)."""
     found = []
     if "CompletionOutput(" in content:
         for m in COMPLETION.finditer(content):
-            ids = None
-            if m.group("ids") is not None:
-                ids = [int(t) for t in re.findall(r"-?\d{1,12}", m.group("ids"))]
-            found.append(PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], ids))
+            ids = _ids(m.group("ids")) if m.group("ids") is not None else None
+            rest = content[m.end():m.end() + 400]
+            found.append(PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], ids, _nonfinite(rest)))
         return found
     m = GENERATED.search(content)
     if m:
+        return [PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], None, _nonfinite(content))]
+    if '"choices"' in content or '"message"' in content or '"delta"' in content:
+        for m in _JSON_ANSWER.finditer(content):
+            body = m.group("s") if m.group("s") is not None else m.group("t")
+            found.append(PrintedOutput(json_string(body)[:MAX_TEXT], None, _nonfinite(content)))
+        if found:
+            return found
+    m = _IDS_LABEL.search(content) if "ids" in content else None
+    if m and "prompt" not in content[max(0, m.start() - 7):m.start()]:
+        return [PrintedOutput(None, _ids(m.group("ids")), _nonfinite(content))]
+    stripped = content.strip()
+    if stripped[:1] == "[" and (m := _BARE_IDS.match(stripped)):
+        return [PrintedOutput(None, _ids(m.group("ids")))]
+    if stripped[:1] in ("'", '"') and (m := _BARE_REPR.match(stripped)) and "\\n" in stripped:
         return [PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], None)]
     if _BOS_RUN.search(content):
         return [PrintedOutput(content[:MAX_TEXT], None)]
     return []
 
 
-# ---- text rules (when no token ids were printed) ----------------------------------------------------------------
-
-_SCRIPTS = (("latin", re.compile(r"[A-Za-z\u00c0-\u024f\u1e00-\u1eff]")), ("cyrillic", re.compile(r"[\u0400-\u04ff]")),
-            ("greek", re.compile(r"[\u0370-\u03ff]")), ("arabic", re.compile(r"[\u0600-\u06ff]")),
-            ("hangul", re.compile(r"[\uac00-\ud7af]")), ("cjk", re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")))
-# Scripts that never share one word in real text; Latin next to CJK does (Chinese and Japanese write English
-# words without spaces), so that pair is allowed.
-_ALLOWED_MIX = {frozenset({"latin", "cjk"})}
-
-
-def text_problems(text: str, max_repeat_run: int) -> list[str]:
-    problems = []
-    if not text.strip():
-        return ["empty output"]
-    run = _bos_run(text)
-    if run >= 2:
-        problems.append(f"a run of {run} BOS texts")
-    tail = _tail_run(text)
-    if tail >= max(max_repeat_run, 8):
-        problems.append(f"one character repeated {tail} times to the end")
-    words = text.split()
-    word_tail = _tail_run(words)
-    if word_tail >= max(max_repeat_run, 8):
-        problems.append(f"one word repeated {word_tail} times to the end")
-    if text.count("\ufffd") >= 3:
-        problems.append(f"{text.count(chr(0xfffd))} replacement characters (undecodable bytes)")
-    mixed = [w for w in words[:400] if _mixed_script(w)]
-    if mixed:
-        problems.append(f"words mixing scripts ({', '.join(repr(w[:24]) for w in mixed[:2])}): token soup")
-    return problems
+def stream_delta(content: str) -> tuple[str, bool] | None:
+    """One streamed chunk (`data: {...}`): (its delta text, whether it finished the answer), or None."""
+    m = _SSE.match(content)
+    if not m:
+        return None
+    try:
+        chunk = json.loads(m.group("body"))
+        choice = chunk["choices"][0]
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
+        return None
+    if not isinstance(choice, dict):
+        return None
+    delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+    text = delta.get("content") if "content" in delta else choice.get("text")
+    return (text if isinstance(text, str) else ""), choice.get("finish_reason") is not None
 
 
-def _tail_run(items) -> int:
-    items = list(items.rstrip()) if isinstance(items, str) else items
-    if not items:
-        return 0
-    last, run = items[-1], 0
-    for item in reversed(items):
-        if item != last:
-            break
-        run += 1
-    return run
-
-
-def _bos_run(text: str) -> int:
-    best = 0
-    for bos in BOS_TEXTS:
-        if bos + bos in text or bos + " " + bos in text:
-            runs = re.findall("(?:" + re.escape(bos) + r"\s*)+", text)
-            best = max(best, max(r.count(bos) for r in runs))
-    return best
-
-
-def _mixed_script(word: str) -> bool:
-    if len(word) < 4 or word.isascii():
-        return False
-    seen = frozenset(name for name, pattern in _SCRIPTS if pattern.search(word))
-    return len(seen) >= 2 and seen not in _ALLOWED_MIX

@@ -148,6 +148,7 @@ def _shared_shape(sample: list[str]) -> re.Pattern[str] | None:
     best = best[:best.rfind(" ") + 1]
     if (len(best.strip()) < 1 or best.count("[") != best.count("]") or best.count("(") != best.count(")")
             or "DSV4_" in best or "###" in best or "Traceback" in best
+            or best.startswith("data:")  # a stream's `data: {...}` chunks: content, not a transport's prefix
             or '"' in best  # a quote is content (an access log's request line), never a transport's prefix
             or re.match(r"\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) 0-0 0:0:0", best)
             or re.match(r"\[0-0-0 0:0:0", best) or re.match(r"\s+$", best)):

@@ -308,7 +308,8 @@ def judge(facts: LogFacts, scheduler: SchedulerSummary | None = None,
     elif status == "degenerate":
         bad_request = min(bad, key=lambda r: r.line) if bad else None
         if bad_request is not None:
-            first_blocker = Blocker(bad_request.line, "degenerate_output", bad_request.problems[0],
+            shown = f": {bad_request.output_repr[:200]}" if bad_request.output_repr else ""
+            first_blocker = Blocker(bad_request.line, "degenerate_output", bad_request.problems[0] + shown,
                                     evidence=[(bad_request.output_repr or "")[:300]] if bad_request.output_repr
                                     else [])
     elif status == "incomplete" and killed:

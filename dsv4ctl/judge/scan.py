@@ -89,6 +89,7 @@ class LogParser:
         self._engine_ready = False
         self._current_request: RequestBlock | None = None
         self._current_overflow = False
+        self._stream: tuple[int, list[str]] | None = None  # a streamed answer's first line and its deltas so far
         self.fast_count = False  # count newlines with numpy (set for big inputs, where its import pays off)
 
     # -- options --
@@ -139,6 +140,7 @@ class LogParser:
         for capture in list(self._captures.values()):
             capture.close()
         self._captures.clear()
+        self._end_stream()
         self._finish_request()
         # Captures finish out of order when ranks interleave: keep records in log order.
         self.facts.tracebacks.sort(key=lambda tb: tb.line)
@@ -431,19 +433,49 @@ class LogParser:
                 self._unreadable(line_no, f"expect.{key}", content)
 
     def _printed_outputs(self, line_no: int, content: str) -> bool:
-        if not ("Generated text" in content or "CompletionOutput(" in content or "begin▁of▁sentence" in content):
+        if content.startswith("data:"):
+            return self._stream_chunk(line_no, content)
+        if not any(key in content for key in _OUTPUT_KEYS):
             return False
         found = outputs.read_outputs(content)
         for printed in found:
-            self._finish_request()
-            source = "generated_text" if "Generated text" in content else "request_output"
-            request = RequestBlock(line=line_no, index=self.facts.request_count, output=printed.text, source=source)
-            if printed.token_ids is not None:
-                request.token_ids = printed.token_ids[:]
-                request.n_ids = len(printed.token_ids)
-            self._add_request(request)
-            self._finish_request()
+            if printed.nonfinite:
+                self._add(self.facts.nonfinite, Event(line_no, "logprob", printed.nonfinite[:200]), "nonfinite",
+                          cap=MAX_DIAG_EXAMPLES)
+            self._printed_request(line_no, printed.text, printed.token_ids, _output_source(content, printed))
         return bool(found)
+
+    def _printed_request(self, line_no: int, text: str | None, ids: list[int] | None, source: str) -> None:
+        self._finish_request()
+        request = RequestBlock(line=line_no, index=self.facts.request_count, output=text, source=source)
+        if ids is not None:
+            request.token_ids = ids[:]
+            request.n_ids = len(ids)
+        self._add_request(request)
+        self._finish_request()
+
+    def _stream_chunk(self, line_no: int, content: str) -> bool:
+        """A streamed answer (`data: {...}` chunks, then `data: [DONE]`): the deltas joined into one output."""
+        if content.startswith("data: [DONE]") or content.startswith("data:[DONE]"):
+            self._end_stream()
+            return True
+        chunk = outputs.stream_delta(content)
+        if chunk is None:
+            return False
+        delta, finished = chunk
+        if self._stream is None:
+            self._stream = (line_no, [])
+        if sum(map(len, self._stream[1])) < outputs.MAX_TEXT:
+            self._stream[1].append(delta)
+        if finished:
+            self._end_stream()
+        return True
+
+    def _end_stream(self) -> None:
+        if self._stream is not None:
+            line_no, parts = self._stream
+            self._stream = None
+            self._printed_request(line_no, "".join(parts), None, "openai_stream")
 
     def _engine_line(self, content: str) -> None:
         facts = self.facts
@@ -590,6 +622,23 @@ class LogParser:
             facts.tracebacks.append(tb)
         else:
             facts.dropped["tracebacks"] = facts.dropped.get("tracebacks", 0) + 1
+
+
+_OUTPUT_KEYS = ("Generated text", "CompletionOutput(", "begin▁of▁sentence", '"choices"', '"message"', '"delta"', "_ids",
+                "token ids", "output ids",
+                "0, 0, 0, 0, 0", "\\n", "<s><s>", "<|begin_of_text|><|begin")
+
+
+def _output_source(content: str, printed: outputs.PrintedOutput) -> str:
+    if "Generated text" in content:
+        return "generated_text"
+    if "CompletionOutput(" in content:
+        return "request_output"
+    if printed.text is None:
+        return "printed_ids"
+    if '"choices"' in content or '"message"' in content or '"delta"' in content:
+        return "openai_json"
+    return "printed_text"
 
 
 def _may_hold_level(content: str) -> bool:

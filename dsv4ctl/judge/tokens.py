@@ -217,7 +217,7 @@ def judge_request(request: RequestBlock, opts: VerdictOptions) -> RequestVerdict
         problems.append(f"a run of {bos} BOS tokens (id {opts.bos_id})")
     if repeat >= opts.max_repeat_run:
         problems.append(f"one token repeated {repeat} times in a row (limit {opts.max_repeat_run})")
-    if not ids and not request.ids_gaps and not printed_text_only:
+    if not ids and not request.ids_gaps and (not printed_text_only or request.source == "printed_ids"):
         problems.append("no tokens generated")
     if request.ids_unparsed or request.n_unparsed:
         shown = ", ".join(request.ids_unparsed[:3])

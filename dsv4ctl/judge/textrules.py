@@ -1,0 +1,202 @@
+"""Text rules: printed output text (no token ids) -> its problems. Stdlib only, and tuned to keep real answers
+coherent: English, Chinese, Japanese, code, lists and Markdown (docs/verdict.md gives the measured false-positive
+rate and what it was measured on).
+
+  empty                  nothing but whitespace
+  BOS text run           two or more BOS texts in a row
+  repeated to the end    one character or one word repeated >= max(max_repeat_run, 8) times to the end
+  loop                   the answer ends in >= 3 repetitions of one unit of >= 4 characters holding a letter, over
+                         >= 30 characters (`The answer is 4. The answer is 4. ...`, a chat template echoed)
+  one char most of it    one character repeated >= 32 times making up half the answer (not a separator line)
+  digit soup             one letter or digit repeated >= 12 times in an answer that is < 30% letters
+  NUL / U+FFFD           >= 3 NUL characters, or >= 3 replacement characters (undecodable bytes)
+  token soup             a word mixing scripts that never share a word, or >= 3 scripts in one short answer
+                         (Latin, CJK and kana together are Japanese and allowed)
+  word salad             >= 15 Latin words of prose (not code) with almost no function words, or >= 20 words
+                         of which many are two-letter fragments that no language writes
+"""
+
+from __future__ import annotations
+
+import re
+
+BOS_TEXTS = ("<｜begin▁of▁sentence｜>", "<s>", "<|begin_of_text|>")
+
+_SCRIPTS = (("latin", re.compile(r"[A-Za-z\u00c0-\u024f\u1e00-\u1eff]")), ("cyrillic", re.compile(r"[\u0400-\u04ff]")),
+            ("greek", re.compile(r"[\u0370-\u03ff]")), ("arabic", re.compile(r"[\u0600-\u06ff]")),
+            ("hebrew", re.compile(r"[\u0590-\u05ff]")), ("thai", re.compile(r"[\u0e00-\u0e7f]")),
+            ("devanagari", re.compile(r"[\u0900-\u097f]")), ("hangul", re.compile(r"[\uac00-\ud7af\u1100-\u11ff]")),
+            ("kana", re.compile(r"[\u3040-\u30ff]")), ("cjk", re.compile(r"[\u4e00-\u9fff\u3400-\u4dbf]")))
+# Scripts that share words in real text: Chinese and Japanese write English words without spaces, Japanese mixes
+# kana and kanji in one word.
+_ALLOWED_MIX = (frozenset({"latin", "cjk"}), frozenset({"kana", "cjk"}), frozenset({"latin", "kana"}),
+                frozenset({"latin", "kana", "cjk"}))
+SOUP_SHORT = 600  # ">= 3 scripts" is judged on answers up to this long (a long answer may quote several languages)
+
+# Function words of the Latin-script languages models answer in: prose has them in almost every phrase.
+FUNCTION_WORDS = frozenset("""
+a an the and or but if of to in on at by for with from as is are was were be been being am it its this that these
+those there here he she they we you i me my our your his her their them us not no so do does did have has had will
+would can could should may might must shall than then what which who whom whose when where why how all any each
+some such only also very just more most other into over under about after before up out between through during
+de la le les des du un une et en est que qui dans pour pas par sur au aux ce il elle ils nous vous se sa son ses
+el los las y es por con para una del al lo como su se mas pero sus le ya o este esta
+der die das und ist zu den von mit sich des auf fur im dem nicht ein eine als auch es an er so dass wie noch nur
+il di che e la per un una sono del della non si le da con gli
+o os as um uma com nao para do da dos das em no na
+""".split())
+# Two-letter words any of those languages writes; other two-letter fragments are a sign of token soup.
+SHORT_WORDS = FUNCTION_WORDS | frozenset("""
+ok vs eg ie id oh hi ah uh yes go ex re mr ms dr st km kg cm mm ml mb gb tb kb ms ns us hz px pt ai ui ux os io
+ip db js py ts tv pc uk eu un ad pm bc vi sh cd ls mv cp rm fs qa hr ex nd rd th ll ve
+""".split())
+_CODE_CHARS = frozenset("{}()[];=<>_/\\|`#$*")
+_WORD = re.compile(r"[^\W\d_]+")
+_NUL_RUN = re.compile("\x00{3,}")
+
+
+def text_problems(text: str, max_repeat_run: int) -> list[str]:
+    problems = []
+    if not text.strip():
+        return ["empty output"]
+    run = _bos_run(text)
+    if run >= 2:
+        problems.append(f"a run of {run} BOS texts")
+    limit = max(max_repeat_run, 8)
+    tail = _tail_run(text)
+    body = text.rstrip()
+    # A `----` line under an answer (printed by the script, not the model): the run fills its own line.
+    separator = body[-1:] in _SEPARATORS and body[:len(body) - tail].endswith("\n") and bool(body[:-tail].strip())
+    if tail >= limit and not separator:
+        problems.append(f"one character repeated {tail} times to the end")
+    words = text.split()
+    word_tail = _tail_run(words)
+    if word_tail >= limit:
+        problems.append(f"one word repeated {word_tail} times to the end")
+    if not problems:
+        char, longest = _longest_run(text)
+        if longest >= 32 and longest * 2 >= len(text.strip()) and char not in _SEPARATORS:
+            problems.append(f"one character ({char!r}) repeated {longest} times: most of the answer")
+        elif longest >= 12 and char.isalnum() and _letters(text) < 0.3:
+            problems.append(f"digit soup: {char!r} repeated {longest} times in an answer of few letters")
+    if not problems:
+        loop = _tail_loop(text)
+        if loop is not None:
+            unit, reps = loop
+            problems.append(f"a loop to the end: {unit[:40]!r} repeated {reps} times")
+    nuls = text.count("\x00")
+    if nuls >= 3:
+        problems.append(f"{nuls} NUL characters" + (" in a run" if _NUL_RUN.search(text) else ""))
+    if text.count("\ufffd") >= 3:
+        problems.append(f"{text.count(chr(0xfffd))} replacement characters (undecodable bytes)")
+    problems += _soup(text, words)
+    return problems
+
+
+def _soup(text: str, words: list[str]) -> list[str]:
+    mixed = [w for w in words[:400] if _mixed_script(w)]
+    if mixed:
+        return [f"words mixing scripts ({', '.join(repr(w[:24]) for w in mixed[:2])}): token soup"]
+    if len(text) <= SOUP_SHORT:
+        scripts = _scripts(text)
+        if len(scripts) >= 3 and scripts not in _ALLOWED_MIX:
+            return [f"{len(scripts)} scripts in one short answer ({', '.join(sorted(scripts))}): token soup"]
+    salad = _word_salad(text)
+    return [salad] if salad else []
+
+
+_URL = re.compile(r"\b(?:https?|ftp)://\S+|\bwww\.\S+")
+_MARKUP = frozenset('/=<>"@&%')
+
+
+def _word_salad(text: str) -> str | None:
+    sample = _URL.sub(" ", text[:4000])
+    visible = [ch for ch in sample if not ch.isspace()]
+    if not visible or sum(ch in _CODE_CHARS for ch in visible) > 0.04 * len(visible):
+        return None  # code, paths, Markdown tables: their words are names, not prose
+    words = [w.lower() for w in _WORD.findall(sample) if w.isascii()]
+    if len(words) < 15 or len(words) * 2 < len(_WORD.findall(sample)):
+        return None  # too short to tell, or not a Latin-script answer
+    function = sum(w in FUNCTION_WORDS for w in words) / len(words)
+    lines = [ln for ln in sample.splitlines() if ln.strip()]
+    prose = len(words) >= 6 * len(lines)  # not a list of names or `Key: value` lines, which have no function words
+    if function < 0.05 and prose:
+        return f"word salad: {len(words)} words with {function:.0%} function words"
+    junk = [w for w in words if len(w) <= 2 and w not in SHORT_WORDS and w not in ("a", "i")]
+    fragments = len(junk) / len(words)
+    if len(words) >= 20 and fragments >= 0.18 and len(set(junk)) >= 6:
+        return f"token soup: {fragments:.0%} of {len(words)} words are one- or two-letter fragments"
+    return None
+
+
+_SEPARATORS = frozenset("-=_*#~.+|/\\<>·•─━═")
+
+
+def _longest_run(text: str) -> tuple[str, int]:
+    best, best_char, run, last = 0, "", 0, None
+    for ch in text[:LOOP_WINDOW * 4]:
+        run = run + 1 if ch == last else 1
+        last = ch
+        if run > best and not ch.isspace():
+            best, best_char = run, ch
+    return best_char, best
+
+
+def _letters(text: str) -> float:
+    visible = [ch for ch in text if not ch.isspace()]
+    return sum(ch.isalpha() for ch in visible) / len(visible) if visible else 0.0
+
+
+def _tail_run(items) -> int:
+    items = list(items.rstrip()) if isinstance(items, str) else items
+    if not items:
+        return 0
+    last, run = items[-1], 0
+    for item in reversed(items):
+        if item != last:
+            break
+        run += 1
+    return run
+
+
+MAX_LOOP_UNIT = 200
+LOOP_WINDOW = 4000
+
+
+def _tail_loop(text: str) -> tuple[str, int] | None:
+    """The shortest unit the answer's end repeats >= 3 times (the last repetition may be cut): (unit, repeats)."""
+    s = text.rstrip()[-LOOP_WINDOW:]
+    n = len(s)
+    for p in range(4, min(MAX_LOOP_UNIT, n // 3) + 1):
+        if s[-1] != s[-1 - p] or s[-2] != s[-2 - p]:
+            continue
+        i = n - 1 - p
+        while i >= 0 and s[i] == s[i + p]:
+            i -= 1
+        span = n - 1 - i  # characters from the loop's start to the end
+        reps = span // p
+        unit = s[n - p:]
+        if reps >= 3 and span >= 30 and any(ch.isalpha() for ch in unit):
+            return s[i + 1:i + 1 + p], reps
+    return None
+
+
+def _bos_run(text: str) -> int:
+    best = 0
+    for bos in BOS_TEXTS:
+        if bos + bos in text or bos + " " + bos in text:
+            runs = re.findall("(?:" + re.escape(bos) + r"\s*)+", text)
+            best = max(best, max(r.count(bos) for r in runs))
+    return best
+
+
+def _scripts(text: str) -> frozenset[str]:
+    return frozenset(name for name, pattern in _SCRIPTS if pattern.search(text))
+
+
+def _mixed_script(word: str) -> bool:
+    if len(word) < 4 or word.isascii() or any(ch in _MARKUP for ch in word):
+        return False  # a URL or a bit of markup, not a word
+    word = word.replace("\u03bc", "").replace("\u00b5", "")  # the micro sign of units (50μs)
+    seen = _scripts(word)
+    return len(seen) >= 2 and seen not in _ALLOWED_MIX
