@@ -111,27 +111,108 @@ def reference_from(samples: dict[str, list[float]], tolerance: float,
     return block
 
 
-def perf_yaml(block: dict[str, dict[str, Any]]) -> str:
-    """The `expect:` YAML text of a reference block (plain text, no YAML library needed)."""
-    lines = ["expect:", "  perf:"]
+def perf_lines(block: dict[str, dict[str, Any]], indent: int = 2) -> list[str]:
+    """`perf:` and one flow-style line per metric, `indent` spaces in (plain text, no YAML library needed)."""
+    lines = [" " * indent + "perf:"]
     for metric, bound in block.items():
         inner = ", ".join(f"{key}: {json.dumps(value)}" for key, value in bound.items())
-        lines.append(f"    {metric}: {{{inner}}}")
-    return "\n".join(lines) + "\n"
+        lines.append(" " * (indent + 2) + f"{metric}: {{{inner}}}")
+    return lines
 
 
-def write_into_spec(text: str, block: dict[str, dict[str, Any]]) -> str:
-    """The spec's text with `expect.perf` replaced (or added), other keys kept as written. Round-trips through the
-    YAML library: comments in the file are lost, said by the command."""
+def perf_yaml(block: dict[str, dict[str, Any]]) -> str:
+    """The `expect:` YAML text of a reference block."""
+    return "\n".join(["expect:", *perf_lines(block)]) + "\n"
+
+
+class SpecLayoutError(PerfReferenceError):
+    """The spec file is written so that expect.perf cannot be replaced without losing its layout."""
+
+
+def write_into_spec(text: str, block: dict[str, dict[str, Any]], file: str = "the spec") -> str:
+    """The spec's text with `expect.perf` replaced (or added) by editing its lines: every other line, comment and
+    flow style is kept as written. A layout this cannot edit (a flow-style `expect: {...}` or top level) is refused
+    with SpecLayoutError, never rewritten through a YAML dump; the result is read back and checked."""
     import yaml
 
-    data = yaml.safe_load(text) or {}
-    if not isinstance(data, dict):
-        raise PerfReferenceError("the spec file is not a mapping")
-    expect = data.get("expect") or {}
+    from .errors import SpecError
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{file}: not a YAML spec ({str(exc).splitlines()[0]})") from None
+    if not isinstance(root, yaml.MappingNode) or not isinstance(data, dict):
+        raise SpecError(f"{file}: not a YAML spec (a spec is a mapping of keys: name:, model:, ...)")
+    lines = text.splitlines()
+    edited = _edited_lines(root, lines, block, file)
+    new_text = "\n".join(edited) + "\n"
+    expect = dict(data.get("expect") or {})
     expect["perf"] = block
-    data["expect"] = expect
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    if yaml.safe_load(new_text) != {**data, "expect": expect}:  # a layout the edit misread: say so, write nothing
+        raise SpecLayoutError(f"{file}: expect.perf could not be replaced line by line")
+    return new_text
+
+
+def _edited_lines(root: Any, lines: list[str], block: dict[str, dict[str, Any]], file: str) -> list[str]:
+    import yaml
+
+    if root.flow_style:
+        raise SpecLayoutError(f"{file}: its top level is written in flow style ({{...}})")
+    expect = next(((k, v) for k, v in root.value if k.value == "expect"), None)
+    if expect is None:  # a new top-level key at the end, at the top level's indentation
+        column = root.value[0][0].start_mark.column if root.value else 0
+        return _without_trailing(lines) + [" " * column + "expect:", *perf_lines(block, column + 2)]
+    key, value = expect
+    if not isinstance(value, yaml.MappingNode) or value.flow_style or not value.value:
+        how = "written in flow style ({...})" if getattr(value, "flow_style", False) else "not a block of keys"
+        raise SpecLayoutError(f"{file}:{key.start_mark.line + 1}: `expect:` is {how}: it cannot be edited "
+                              "line by line without losing its layout")
+    column = value.value[0][0].start_mark.column
+    perf = next(((k, v) for k, v in value.value if k.value == "perf"), None)
+    if perf is None:  # a new key after expect's last one
+        end = _span_end(value, lines)
+        return lines[:end] + perf_lines(block, column) + lines[end:]
+    first, end = perf[0].start_mark.line, _span_end(perf[1], lines)
+    return lines[:first] + perf_lines(block, column) + lines[end:]
+
+
+def _span_end(node: Any, lines: list[str]) -> int:
+    """The line after a node's last line (exclusive), less the blank and comment lines a block swallows."""
+    mark = node.end_mark  # a block ends where the next token starts: that token's line is not the node's
+    ends_before = mark.line >= len(lines) or not lines[mark.line][:mark.column].strip()
+    end = mark.line + (0 if ends_before else 1)
+    while end > node.start_mark.line + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+        end -= 1
+    return min(end, len(lines))
+
+
+def _without_trailing(lines: list[str]) -> list[str]:
+    """The lines up to the last one that holds something (`...` ends a document: nothing may follow it)."""
+    kept = list(lines)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    if kept and kept[-1].strip() == "...":
+        kept.pop()
+    return kept
+
+
+def spec_mismatch(path: Any, experiment: str) -> str | None:
+    """Why a spec given to `reference set --spec` may not be the experiment's own (another name, not the base name
+    of its matrix points), or None. A warning, not a refusal: ingested runs are named by `--experiment`, so the
+    experiment `j17` may well have its spec in j17-baseline.yaml. SpecError when the file is not a YAML spec."""
+    from .errors import SpecError
+    from .specload import read_document
+
+    try:
+        data = read_document(path).data
+    except SpecError as exc:
+        raise SpecError(f"{path}: not a YAML spec ({exc})") from None
+    name = data.get("name")
+    if name == experiment or (data.get("matrix") and isinstance(name, str) and experiment.startswith(name + ".")):
+        return None
+    return (f"{path} is the spec of experiment {name!r}, not {experiment!r}: its runs will be checked against a "
+            f"reference measured on the runs of {experiment!r}")
 
 
 # ---- store hooks -------------------------------------------------------------------------------------------------

@@ -116,7 +116,8 @@ def test_a_failed_run_is_never_checked_nor_used_for_a_reference(cli, tmp_path):
     _ingest(cli, tmp_path, db, "OK", 21.7)
     assert cli("reference", "set", "j17", "--from", "OK", "--db", db).exit_code == 0
     bad.write_text((FIXTURES / "logs" / "oom.log").read_text(encoding="utf-8"), encoding="utf-8")
-    assert cli("ingest", "--log", bad, "--experiment", "j17", "--label", "BAD2", "--db", db).exit_code == 0
+    assert cli("ingest", "--log", bad, "--experiment", "j17", "--label", "BAD2", "--db", db,
+               "--again").exit_code == 0  # the same content twice needs --again since issue 29 (S11)
     assert cli("verdict", "BAD2", "--db", db).exit_code == 1  # the gate first: a failed run is never "outside"
     assert json.loads(cli("show", "BAD2", "--db", db, "--json").output)["perf"] is None
 
@@ -261,3 +262,89 @@ def test_the_spec_refuses_a_boolean_tolerance_rather_than_reading_it_as_100_perc
 
     [point] = load_spec(write_spec(BASE_SPEC + "expect:\n  perf:\n    gen_s: {max: 30, tolerance: true}\n"))
     assert point.spec is None and "not a number" in point.errors[0].message
+
+
+# ---- issue 29 S31: reference set --spec writes only into the experiment's own YAML spec, keeping its layout -------
+
+
+def _stored_references(db) -> int:
+    from dsv4ctl.store import open_store
+
+    return open_store(db).db.execute("SELECT COUNT(*) FROM perf_references").fetchone()[0]
+
+
+def test_reference_set_into_a_file_that_is_not_yaml_is_an_ordinary_error(cli, tmp_path, capsys):
+    db = tmp_path / "r.db"
+    _ingest(cli, tmp_path, db, "P1", 60)
+    log = tmp_path / "notaspec.log"
+    log.write_text((FIXTURES / "logs" / "J17.log").read_text(encoding="utf-8"), encoding="utf-8")
+    before = log.read_bytes()
+    code, _, err = run_main(capsys, "reference", "set", "j17", "--from", "P1", "--spec", log, "--db", db)
+    assert code == 1 and "not a YAML spec" in err and "unexpected" not in err, err
+    assert log.read_bytes() == before and _stored_references(db) == 0
+
+
+def test_reference_set_warns_when_the_spec_names_another_experiment(cli, tmp_path, capsys):
+    """A warning, not a refusal: ingested runs are named by --experiment (j17's spec is j17-baseline.yaml)."""
+    db = tmp_path / "r.db"
+    _ingest(cli, tmp_path, db, "P1", 60)
+    other = tmp_path / "other.yaml"
+    other.write_text(BASE_SPEC.replace("name: t", "name: other-exp", 1), encoding="utf-8")
+    code, _, err = run_main(capsys, "reference", "set", "j17", "--from", "P1", "--spec", other, "--db", db)
+    assert code == 0 and "is the spec of experiment 'other-exp', not 'j17'" in err, err
+    assert "warning" in err.lower() and _spec(other).expect.perf["gen_s"].max == 60.0
+    code, _, err = run_main(capsys, "reference", "set", "j17", "--from", "P1", "--spec",
+                            write_spec_named(tmp_path, "j17"), "--db", db)
+    assert code == 0 and "is the spec of" not in err, err
+
+
+def write_spec_named(tmp_path, name: str):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(BASE_SPEC.replace("name: t", f"name: {name}", 1), encoding="utf-8")
+    return path
+
+
+def test_reference_set_keeps_the_specs_comments_and_flow_style(cli, tmp_path):
+    db = tmp_path / "r.db"
+    _ingest(cli, tmp_path, db, "P1", 60)
+    spec = tmp_path / "j17.yaml"
+    text = ("name: j17   # the experiment\nplatform: cpu\nmodel: {path: /m}\nrequests:\n"
+            "  - messages: [{role: user, content: hi}]  # keep\nexpect:\n  bos_id: 0  # BOS\n"
+            "  perf:\n    gen_s: {max: 1}\n  # after perf\nsampling: {max_tokens: 4}   # flow\n")
+    spec.write_text(text, encoding="utf-8")
+    done = cli("reference", "set", "j17", "--from", "P1", "--spec", spec, "--db", db)
+    assert done.exit_code == 0, done.output
+    written = spec.read_text(encoding="utf-8")
+    assert written == text.replace("    gen_s: {max: 1}\n", '    gen_s: {max: 60.0, tolerance: "5%"}\n')
+    assert _spec(spec).expect.perf["gen_s"].max == 60.0
+
+
+def test_a_spec_whose_layout_cannot_be_edited_is_left_alone_and_the_block_printed(cli, tmp_path, capsys):
+    db = tmp_path / "r.db"
+    _ingest(cli, tmp_path, db, "P1", 60)
+    spec = tmp_path / "j17.yaml"
+    spec.write_text(BASE_SPEC.replace("name: t", "name: j17", 1) + "expect: {bos_id: 0}\n", encoding="utf-8")
+    before = spec.read_text(encoding="utf-8")
+    code, out, err = run_main(capsys, "reference", "set", "j17", "--from", "P1", "--spec", spec, "--db", db)
+    assert code == 2 and "flow style" in err and "paste the block above" in err, err
+    assert 'gen_s: {max: 60.0, tolerance: "5%"}' in out
+    assert spec.read_text(encoding="utf-8") == before and _stored_references(db) == 0
+
+
+@pytest.mark.parametrize("text", [
+    "name: x\n",
+    "name: x\nexpect:\n  bos_id: 0\n",
+    "name: x\nexpect:\n  perf:\n    ttft_s:\n      max: 2\n  bos_id: 0\nlast: 1\n",
+    "name: x\nexpect:\n  bos_id: 0\n  perf: {ttft_s: {max: 1}}\n",
+    "name: x\n...\n",
+])
+def test_write_into_spec_changes_expect_perf_only(text):
+    import yaml
+
+    block = {"gen_s": {"max": 67.9, "tolerance": "5%"}}
+    written = write_into_spec(text, block)
+    data = yaml.safe_load(text)
+    assert yaml.safe_load(written) == {**data, "expect": {**(data.get("expect") or {}), "perf": block}}
+    kept = [line for line in text.splitlines() if "perf" not in line and "ttft_s" not in line and "max: " not in line
+            and line != "..."]
+    assert all(line in written.splitlines() for line in kept)

@@ -24,20 +24,36 @@ def reference_set(experiment: ExperimentArg,
                       help="Metric to reference (repeatable) [default: gen_s].")] = None,
                   tolerance: Annotated[str, typer.Option(help="Slack on each bound: 5% or 0.05.")] = "5%",
                   spec: Annotated[Optional[Path], typer.Option(
-                      help="Write the block into this spec file's expect.perf (comments in it are lost).",
+                      help="Write the block into this spec file's expect.perf (its other lines, comments and flow "
+                           "style are kept).",
                       exists=True, dir_okay=False)] = None,
                   db: DbOpt = None, json: JsonOpt = False) -> None:
     """Set an experiment's performance reference from measured medians: print the `expect.perf` block, store it
-    for the experiment (runs judged or ingested later are checked against it), and with --spec write it there."""
-    from ..perf import parse_tolerance, perf_yaml, reference_from, save_reference, write_into_spec
+    for the experiment (runs judged or ingested later are checked against it), and with --spec write it there.
+    Nothing is stored when the spec cannot take it (not YAML, a layout it cannot edit); a spec that names another
+    experiment is warned about."""
+    from ..perf import (SpecLayoutError, parse_tolerance, perf_yaml, reference_from,
+                        save_reference, spec_mismatch, write_into_spec)
     from ..reference_source import samples_from
+    from ..specload import read_spec_text
 
     store = open_store(db, must_exist=True)
     found, described = samples_from(store, experiment, source)
     block = reference_from(found, parse_tolerance(tolerance), metric or ["gen_s"])
-    save_reference(store, experiment, block, described)
+    new_text = None
     if spec is not None:
-        spec.write_text(write_into_spec(spec.read_text(encoding="utf-8"), block), encoding="utf-8")
+        try:
+            mismatch = spec_mismatch(spec, experiment)
+            new_text = write_into_spec(read_spec_text(spec), block, str(spec))
+        except SpecLayoutError as exc:
+            output.raw(perf_yaml(block))
+            exc.hint = f"nothing stored; paste the block above into {spec} by hand, or run without --spec"
+            raise
+        if mismatch:
+            output.warn(mismatch)
+    save_reference(store, experiment, block, described)
+    if new_text is not None:
+        spec.write_text(new_text, encoding="utf-8")
         output.info(f"wrote expect.perf into {spec}")
     if json:
         output.emit_json({"experiment": experiment, "from": described, "perf": block})
