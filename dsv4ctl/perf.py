@@ -92,6 +92,50 @@ def check_perf(perf_spec: dict[str, Any] | None, metrics: dict[str, float]) -> l
     return failures
 
 
+# What each mode's job records (its DSV4_METRICS line): runtime/dsv4rt/probe.py, align.py (with
+# align_compare's metrics) and serve.py (judge/serving.summarise's names, plus engine_ready_s).
+OFFLINE_METRICS = frozenset({"gen_s", "output_tokens", "tokens_per_s", "ttft_s", "engine_ready_s", "iterations"})
+ALIGN_METRICS = frozenset({"gen_s", "engine_ready_s", "output_tokens", "align_min_cosine", "ppl_engine",
+                           "ppl_reference", "ppl_ratio"})
+
+
+def produced_metrics(mode: str) -> frozenset[str]:
+    """The metrics a job of this mode records, the only ones a spec's reference can be checked against."""
+    if mode == "serve":
+        from .judge.serving import summary_names
+
+        return frozenset(summary_names()) | {"engine_ready_s"}
+    return ALIGN_METRICS if mode == "align" else OFFLINE_METRICS
+
+
+def is_duration(metric: str) -> bool:
+    return metric.endswith(("_s", "_ms")) or metric == "duration"
+
+
+def perf_findings(spec: Any) -> list[Any]:
+    """validate's findings on `expect.perf` (issue 29 S32): a metric the mode's job never records is a reference
+    every run fails ("not measured"), warned; a negative `max` for a duration is one no run can meet, refused."""
+    from .findings import Finding
+
+    findings = []
+    produced = produced_metrics(spec.mode)
+    for metric, bound in sorted(((spec.expect.perf or {}).items())):
+        path = f"expect.perf.{metric}"
+        if metric not in produced:
+            import difflib
+
+            near = difflib.get_close_matches(metric, sorted(produced), n=1)
+            article = "an" if spec.mode[0] in "aeiou" else "a"
+            findings.append(Finding("warning", path, f"{article} {spec.mode} run records no metric {metric!r}"
+                                    + (f" (did you mean {near[0]!r}?)" if near else "")
+                                    + ": every run would be outside its reference, 'not measured'",
+                                    why=f"{spec.mode} runs record: {', '.join(sorted(produced))}"))
+        if bound.max is not None and bound.max < 0 and is_duration(metric):
+            findings.append(Finding("error", f"{path}.max", f"{bound.max:g} is negative: {metric} is a duration, "
+                                    "no run can take less than 0"))
+    return findings
+
+
 # Metrics where larger is better get a `min` reference; every other metric (times, memory) a `max`.
 HIGHER_IS_BETTER = ("tokens_per_s", "throughput", "requests_per_s", "output_tokens")
 

@@ -411,7 +411,9 @@ def _validate_point(doc: Document, source: Path, point: dict[str, Any]) -> Loade
     except ValidationError as exc:
         findings.extend(_structural_findings(exc, doc))
     if spec is not None:
-        for finding in check_spec(spec):
+        from .perf import perf_findings
+
+        for finding in [*check_spec(spec), *perf_findings(spec)]:
             path = tuple(int(p) if p.isdigit() else p for p in finding.path.split("."))
             findings.append(Finding(finding.severity, finding.path, finding.message, finding.why,
                                     doc.locate(path)))

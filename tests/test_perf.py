@@ -348,3 +348,56 @@ def test_write_into_spec_changes_expect_perf_only(text):
     kept = [line for line in text.splitlines() if "perf" not in line and "ttft_s" not in line and "max: " not in line
             and line != "..."]
     assert all(line in written.splitlines() for line in kept)
+
+
+# ---- issue 29 S32: validate knows which metrics a run records, and that a duration is never negative -------------
+
+
+def _findings(write_spec, body: str, base: str = BASE_SPEC):
+    from dsv4ctl.specload import load_spec
+
+    [point] = load_spec(write_spec(base + body))
+    return point
+
+
+def test_validate_warns_about_a_reference_on_a_metric_the_probe_never_records(write_spec):
+    point = _findings(write_spec, "expect:\n  perf:\n    nosuch_metric: {max: 1}\n    tokens_per_S: {min: 1}\n")
+    assert point.spec is not None  # a warning: ingested runs may carry other metrics
+    nosuch, typo = sorted(point.warnings, key=lambda f: f.path)
+    assert nosuch.path == "expect.perf.nosuch_metric" and "records no metric 'nosuch_metric'" in nosuch.message
+    assert "not measured" in nosuch.message and "gen_s" in nosuch.why
+    assert nosuch.location is not None and nosuch.location.line == BASE_SPEC.count("\n") + 3
+    assert "did you mean 'tokens_per_s'?" in typo.message
+
+
+def test_validate_refuses_a_negative_max_for_a_duration(write_spec):
+    point = _findings(write_spec, "expect:\n  perf:\n    gen_s: {max: -1}\n")
+    assert point.spec is None
+    [error] = point.errors
+    assert error.path == "expect.perf.gen_s.max" and "-1 is negative" in error.message
+    assert not _findings(write_spec, "expect:\n  perf:\n    gen_s: {max: 30}\n    ttft_s: {max: 0.5}\n").findings
+
+
+def test_a_serve_specs_reference_is_checked_against_the_serve_metrics(write_spec):
+    from .conftest import EXPERIMENTS
+
+    base = f"extends: {EXPERIMENTS / 'cpu-serve.yaml'}\nname: s32\n"
+    point = _findings(write_spec, "expect:\n  perf:\n    p95_ttft_ms: {max: 900}\n    output_throughput: {min: 1}\n",
+                      base)
+    assert point.spec is not None and not point.findings
+    point = _findings(write_spec, "expect:\n  perf:\n    gen_s: {max: 30}\n    p99_e2el_ms: {max: -5}\n", base)
+    assert [w.path for w in point.warnings] == ["expect.perf.gen_s"]
+    assert [e.path for e in point.errors] == ["expect.perf.p99_e2el_ms.max"]
+
+
+def test_the_offline_metric_list_holds_what_the_probe_prints():
+    import re
+
+    from dsv4ctl.perf import OFFLINE_METRICS
+
+    from .conftest import ROOT
+
+    text = (ROOT / "runtime" / "dsv4rt" / "probe.py").read_text(encoding="utf-8")
+    written = text[text.index('metrics = {"gen_s"'):text.index('say(markers.dsv4_line("DSV4_METRICS"')]
+    printed = set(re.findall(r'"([a-z_0-9]+)":', written)) - {"gen_s_all"}  # a list, never a stored number
+    assert printed == set(OFFLINE_METRICS)
