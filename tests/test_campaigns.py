@@ -250,3 +250,20 @@ def test_markdown_holds_plain_comparison_signs_not_html_entities(tmp_path, cli):
     for text in (cli("report", "ab", "--markdown", "--db", db).stdout,
                  dsv4ctl("compare", "j17-baseline", "q1-off", "--markdown", "--db", str(db)).stdout):
         assert ">= 0.05" in text and "&gt;" not in text and "&lt;" not in text and "&amp;" not in text, text
+
+
+def test_a_suite_where_nothing_ran_gives_no_next_hint_to_a_campaign_that_does_not_exist(tmp_path):
+    """Issue 29 S33: every case skipped, no campaign made: no `next: dsv4ctl report ...` naming one."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "a.yaml").write_text("name: only-dcu\nplatform: gfx936\nmodel: {path: /m}\nrequests:\n"
+                                  "  - messages: [{role: user, content: hi}]\nslurm: {gres: \"dcu:8\"}\n"
+                                  "parallel: {tp: 8}\n", encoding="utf-8")
+    db = str(tmp_path / "r.db")
+    done = dsv4ctl("suite", str(suite), "--platform", "cpu", "--campaign", "empty1", "--db", db)
+    assert "SKIPPED" in done.stdout and "next:" not in done.stdout and "campaign empty1" not in done.stdout
+    assert "nothing ran and no campaign was made" in done.stderr, done.stderr
+    data = json.loads(dsv4ctl("suite", str(suite), "--platform", "cpu", "--campaign", "empty1", "--db", db,
+                              "--json").stdout)
+    assert data["campaign"] is None and data["cases"][0]["skipped"]
+    assert dsv4ctl("report", "empty1", "--db", db).returncode == 2  # and indeed there is none

@@ -46,18 +46,21 @@ def suite(directory: Annotated[Path, typer.Argument(help="A folder of specs (exp
     cases = suite_matrix(store, name, plan.skipped) if plan.runnable else \
         suite_matrix(store, "", plan.skipped)
     if json:
-        output.emit_json({"campaign": name, "cases": [{"case": c.case, "runs": c.runs, "passed": c.passed,
+        output.emit_json({"campaign": name if plan.runnable else None, "cases": [{"case": c.case, "runs": c.runs, "passed": c.passed,
                                                        "statuses": c.statuses, "first_blocker": c.first_blocker,
                                                        "skipped": c.skipped, "ok": c.ok,
                                                        "reference": {"checked": c.perf_checked,
                                                                      "outside": c.perf_outside}} for c in cases]})
     else:
-        output.table(f"suite {directory} — campaign {name}",
+        output.table(f"suite {directory} — " + (f"campaign {name}" if plan.runnable else "nothing ran"),
                      ["case", "runs", "passed", "result", "reference", "first blocker"],
                      [(c.case, c.runs or "-", c.passed if not c.skipped else "-",
                        "SKIPPED" if c.skipped else ("PASS" if c.ok else "FAIL"), c.reference,
                        c.skipped or c.first_blocker or "") for c in cases])
-        output.text(f"next: dsv4ctl report {name} -o report.html")
+        if plan.runnable:
+            output.text(f"next: dsv4ctl report {name} -o report.html")
+        else:  # no campaign was made: a `next:` naming it would send the user to "no campaign named ..."
+            output.warn(f"every case was skipped on platform {platform}: nothing ran and no campaign was made")
     failed = [c for c in cases if not c.skipped and not c.ok]
     raise typer.Exit(1 if failed or not plan.runnable else 0)
 
