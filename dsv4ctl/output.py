@@ -118,14 +118,14 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
         header = [max(len(word) for word in (column.split() or [""])) for column in columns]
         natural = [max([header[i]] + [len(row[i]) for row in cells if i < len(row)]) for i in range(len(columns))]
         minimum = [min(n, max(h, 6)) for n, h in zip(natural, header)]
-        gaps = len(columns) - 1 if narrow else 3 * len(columns) + 1  # one space between cells; a wide table's rules
+        gaps = len(columns) + 1 if narrow else 3 * len(columns) + 1  # a space between and around cells; or rules
         widths = fit_widths(natural, minimum, width - gaps)
         cells = [[elide(cell, widths[i]) if i < len(widths) else cell for i, cell in enumerate(row)] for row in cells]
     else:
         widths = [0] * len(columns)
     # On a narrow terminal no borders, one space between cells: the cells get the columns.
     grid = Table(title=title, title_justify="left", show_lines=False,
-                 box=None if narrow else box.HEAVY_HEAD, show_edge=not narrow, pad_edge=not narrow,
+                 box=None if narrow else box.HEAVY_HEAD, show_edge=not narrow, pad_edge=True,
                  padding=(0, 1), collapse_padding=narrow, header_style="bold underline" if narrow else "bold")
     for i, column in enumerate(columns):
         grid.add_column(column, style=(styles[i] if styles else None), overflow="fold",
