@@ -57,6 +57,7 @@ def make_case(name: str, seed: int = 0) -> dict:
 CASES: dict[str, dict] = {
     "random_k2": {},
     "random_k2_split": {"config": {"BK": 64, "BN1": 32, "BN2": 32, "JOIN": False}},
+    "random_k2_swap": {"config": {"BK": 64, "BN1": 32, "BN2": 32, "SWAP": True}},
     "k1": {"topk": 1, "tokens": 9},
     "k8": {"topk": 8, "tokens": 5},
     "t1_top6": {"tokens": 1, "topk": 6},
@@ -68,8 +69,8 @@ CASES: dict[str, dict] = {
     "one_expert": {"kind": "one_expert", "tokens": 40, "topk": 1, "config": {"BK": 128, "BN1": 64, "BN2": 64,
                                                                               "BM": 16}},
     "remote_ids": {"kind": "remote", "tokens": 6},
-    "wide_blocks_split": {"tokens": 24, "topk": 4, "config": {"BK": 32, "BN1": 16, "BN2": 32, "BM": 64,
-                                                               "JOIN": False}},
+    "wide_blocks_split_swap": {"tokens": 24, "topk": 4, "config": {"BK": 32, "BN1": 16, "BN2": 32, "BM": 64,
+                                                                    "JOIN": False, "SWAP": True}},
 }
 
 # Stand-ins for a wrong kernel: the reference run on altered inputs must break the tolerance against the kernel.
@@ -93,7 +94,7 @@ def _wrong_reference(name: str, c: dict):
                          alpha=alpha)
 
 
-def check_case(name: str, device: str = "cpu", seed: int = 0) -> dict:
+def check_case(name: str, device: str = "cpu", seed: int = 0, override: dict | None = None) -> dict:
     """The kernel on `device` against the reference on the CPU: worst |diff| / bound, finiteness, and (for
     random_k2) how far each wrong-kernel stand-in lands outside the bound."""
     from dsv4rt.moe_reference import moe_reference
@@ -102,7 +103,7 @@ def check_case(name: str, device: str = "cpu", seed: int = 0) -> dict:
     c = make_case(name, seed)
     on = {key: (v.to(device) if isinstance(v, torch.Tensor) else v) for key, v in c.items()}
     y = mxfp4_moe(on["x"], on["w13"], on["s13"], on["w2"], on["s2"], on["ids"], on["weights"],
-                  config=c["config"]).float().cpu()
+                  config={**c["config"], **(override or {})}).float().cpu()
     ref, bound = moe_reference(c["x"], c["w13"], c["s13"], c["w2"], c["s2"], c["ids"], c["weights"],
                                with_bound=True)
     ref = ref.float()
@@ -119,7 +120,7 @@ def check_case(name: str, device: str = "cpu", seed: int = 0) -> dict:
     return result
 
 
-def check_decode(device: str = "cpu") -> bool:
+def check_decode(device: str = "cpu", bf16: bool = False) -> bool:
     """Every E2M1 code under every UE8M0 byte, bit for bit (NaN where 0 meets 2**128, signs of zeros included)."""
     from dsv4rt.moe_w4a16 import dequantize_mxfp4_triton
     from dsv4rt.mxfp4 import dequantize_mxfp4
@@ -128,7 +129,7 @@ def check_decode(device: str = "cpu") -> bool:
     packed = codes.reshape(256, 16, 16).reshape(256, 256)  # 16 groups of 16 bytes per row
     scales = torch.arange(256, dtype=torch.uint8)[:, None].repeat(1, 16)  # row r: every group at scale byte r
     want = dequantize_mxfp4(packed, scales)
-    got = dequantize_mxfp4_triton(packed.to(device), scales.to(device)).cpu()
+    got = dequantize_mxfp4_triton(packed.to(device), scales.to(device), bf16=bf16).cpu()
     same = (got == want) | (torch.isnan(got) & torch.isnan(want))
     signs = torch.signbit(got) == torch.signbit(want)
     return bool(same.all() and signs[~torch.isnan(want)].all())

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,7 @@ if os.environ.get("DSV4CTL_REQUIRE_ENGINE"):  # under ./scripts/test a missing t
 else:
     torch = pytest.importorskip("torch", reason="the kernel tests need torch (./scripts/setup installs it)")
 
-from .conftest import ROOT  # noqa: E402
+from .conftest import ENGINE_PYTHON, ROOT, needs_engine_venv  # noqa: E402
 from .moe_cases import CASES, WRONG, check_case, check_decode, make_case  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "runtime"))
@@ -91,11 +92,114 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here: ben
 
 
 @gpu
-def test_decode_is_bit_exact_on_the_gpu():
-    assert check_decode("cuda")
+@pytest.mark.parametrize("bf16", [False, True])
+def test_decode_is_bit_exact_on_the_gpu(bf16):
+    assert check_decode("cuda", bf16=bf16)
 
 
 @gpu
+@pytest.mark.parametrize("variant", [{}, {"SWAP": True}, {"DECODE": 1}, {"SWAP": True, "DECODE": 1}],
+                         ids=["f32-decode", "swap", "bf16-decode", "swap-bf16-decode"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_kernel_matches_the_emulation_path_on_the_gpu(name):
-    assert_within(check_case(name, "cuda"))
+def test_kernel_matches_the_emulation_path_on_the_gpu(name, variant):
+    assert_within(check_case(name, "cuda", override=variant))
+
+
+# ---- DSV4_MOE_BACKEND=triton_w4a16: the shim's patch at vLLM's emulation entry point ---------------------------------
+
+FAKE_EMULATION = '''\
+import enum
+
+class MoEActivation(enum.Enum):
+    SILU = "silu"
+    GELU = "gelu"
+
+class OCP_MXQuantizationEmulationTritonExperts:
+    """vLLM 0.32.0's signature; the original writes a sentinel so a test can see which path ran."""
+    def apply(self, output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts,
+              expert_map, a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta,
+              apply_router_weight_on_input):
+        output.fill_(-7.0)
+'''
+
+PATCHED_CALL = '''
+import json, sys, types, torch
+from tests.moe_cases import make_case
+from dsv4rt.moe_reference import moe_reference
+from vllm.model_executor.layers.fused_moe.experts import ocp_mx_emulation_moe as m
+c = make_case("remote_ids")
+E = c["w13"].shape[0]
+ref, bound = moe_reference(c["x"], c["w13"], c["s13"], c["w2"], c["s2"], c["ids"], c["weights"], with_bound=True)
+# EP: global ids 0..2E-1, this rank owns the odd ones (local = global // 2)
+expert_map = torch.tensor([i // 2 if i % 2 else -1 for i in range(2 * E)], dtype=torch.int32)
+ids = torch.where(c["ids"] >= 0, 2 * c["ids"] + 1, 0).int()  # -1 picks become even: another rank's
+results = []
+for scheme, activation in json.loads(sys.argv[1]):
+    experts = m.OCP_MXQuantizationEmulationTritonExperts()
+    experts.ocp_mx_scheme, experts.quant_dtype = scheme, None
+    experts.w1_scale_val, experts.w2_scale_val = c["s13"], c["s2"]
+    experts.activation_config = types.SimpleNamespace(clamp_limit=10.0)
+    out = torch.zeros(c["x"].shape, dtype=torch.bfloat16)
+    experts.apply(out, c["x"], c["w13"], c["w2"], c["weights"], ids, getattr(m.MoEActivation, activation), 2 * E,
+                  expert_map, None, None, None, None, None, apply_router_weight_on_input=False)
+    results.append({"sentinel": bool((out == -7).all()),
+                    "within": bool(((out.float() - ref.float()).abs() <= bound).all())})
+print(json.dumps(results))
+'''
+CALLS = [("w_mxfp4", "SILU"), ("w_mxfp4_a_mxfp4", "SILU"), ("w_mxfp4", "GELU")]
+
+
+@pytest.fixture
+def fake_vllm_emulation(tmp_path):
+    pkg = tmp_path / "fake" / "vllm" / "model_executor" / "layers" / "fused_moe" / "experts"
+    pkg.mkdir(parents=True)
+    for parent in (pkg, *list(pkg.parents)[:4]):
+        (parent / "__init__.py").touch()
+    (pkg / "ocp_mx_emulation_moe.py").write_text(FAKE_EMULATION)
+    return tmp_path / "fake"
+
+
+def run_patched(fake, **env):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DSV4_", "VLLM_"))}
+    path = ":".join([str(ROOT / "runtime"), str(fake), str(ROOT)])
+    done = subprocess.run([sys.executable, "-c", PATCHED_CALL, json.dumps(CALLS)], capture_output=True, text=True,
+                          timeout=300, env={**clean, "PYTHONPATH": path, "TRITON_INTERPRET": "1", **env})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def test_switch_routes_the_emulation_experts_to_the_kernel_and_falls_back_where_it_must(fake_vllm_emulation):
+    (kernel, quantized_acts, gelu), err = run_patched(fake_vllm_emulation, DSV4_MOE_BACKEND="triton_w4a16")
+    # EP expert_map honoured (other ranks' picks skipped), output written in place, within the oracle's bound
+    assert kernel == {"sentinel": False, "within": True}, err
+    said = [ln for ln in err.splitlines() if ln.startswith("[dsv4 shim]")]
+    assert "triton_w4a16" in said[0] and "mxfp4_moe" in said[0], err
+    # calls the kernel does not cover run vLLM's emulation, each reason said once
+    assert quantized_acts["sentinel"] and gelu["sentinel"], err
+    assert len(said) == 3 and "emulation kept" in said[1] and "emulation kept" in said[2], err
+    assert "w_mxfp4_a_mxfp4, not weight-only" in said[1] and "GELU, not SiLU" in said[2], err
+
+
+@pytest.mark.parametrize("value", [None, "emulation"])
+def test_emulation_stays_without_the_switch(fake_vllm_emulation, value):
+    results, err = run_patched(fake_vllm_emulation, **({"DSV4_MOE_BACKEND": value} if value else {}))
+    assert all(r["sentinel"] for r in results) and "[dsv4 shim]" not in err, err
+
+
+@needs_engine_venv
+def test_the_patched_signature_is_vllms_own():
+    """Read from the pinned vLLM's source (no import): the class, apply's parameters, the scale attributes."""
+    import ast
+
+    from dsv4rt import moe_patch
+
+    find = ("import importlib.util, pathlib; spec = importlib.util.find_spec('vllm'); "
+            "print(pathlib.Path(spec.origin).parent)")
+    root = subprocess.run([str(ENGINE_PYTHON), "-c", find], capture_output=True, text=True, timeout=60)
+    path = Path(root.stdout.strip()).joinpath(*moe_patch.TARGET_MODULE.split(".")[1:]).with_suffix(".py")
+    source = path.read_text()
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == moe_patch.TARGET_CLASS)
+    apply = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "apply")
+    assert tuple(a.arg for a in apply.args.args[1:]) == moe_patch.APPLY_PARAMS
+    for attribute in ("self.w1_scale_val =", "self.w2_scale_val =", "self.ocp_mx_scheme ="):
+        assert attribute in source

@@ -27,7 +27,8 @@ def default_config(tokens: int, topk: int, experts: int) -> dict:
     block decodes that expert's weights again)."""
     per_expert = tokens * topk / max(experts, 1)
     bm = 16 if per_expert <= 16 else 32 if per_expert <= 32 else 64
-    return {"BM": bm, "BN1": 64, "BN2": 64, "BK": 128, "JOIN": True, "warps": 4, "stages": 3}
+    return {"BM": bm, "BN1": 64, "BN2": 64, "BK": 128, "JOIN": True, "SWAP": False, "DECODE": 0, "warps": 4,
+            "stages": 3}
 
 
 def _check(x, w13, w13_scale, w2, w2_scale, topk_ids, topk_weights) -> tuple[int, int, int, int, int]:
@@ -98,26 +99,28 @@ def mxfp4_moe(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w2: t
     part = torch.empty((picks, hidden), dtype=torch.float32, device=x.device)
     clamp = float("inf") if limit is None else float(limit)
     launch = {"num_warps": cfg["warps"], "num_stages": cfg["stages"]}
+    tile = {"JOIN": cfg["JOIN"], "SWAP": cfg["SWAP"], "DECODE": cfg["DECODE"], "DOT_F32": interpret}
     n_blocks = block_expert.numel()
     bk1, bk2 = _block_k(hidden, cfg["BK"]), _block_k(inter, cfg["BK"])
     _expert_gemm_kernel[(n_blocks, triton.cdiv(inter, cfg["BN1"]))](
         x, w13, w13_scale, h.view(torch.int16), rows, block_expert, block_rows, weights,
         inter, hidden, x.stride(0), w13.stride(0), w13.stride(1), w13_scale.stride(0), w13_scale.stride(1),
         h.stride(0), inter, float(alpha), clamp,
-        TOPK=topk, SWIGLU=True, BM=bm, BN=cfg["BN1"], BK=bk1, JOIN=cfg["JOIN"], DOT_F32=interpret, **launch)
+        TOPK=topk, SWIGLU=True, BM=bm, BN=cfg["BN1"], BK=bk1, **tile, **launch)
     _expert_gemm_kernel[(n_blocks, triton.cdiv(hidden, cfg["BN2"]))](
         h, w2, w2_scale, part, rows, block_expert, block_rows, weights,
         hidden, inter, h.stride(0), w2.stride(0), w2.stride(1), w2_scale.stride(0), w2_scale.stride(1),
         part.stride(0), 0, 1.0, clamp,
-        TOPK=topk, SWIGLU=False, BM=bm, BN=cfg["BN2"], BK=bk2, JOIN=cfg["JOIN"], DOT_F32=interpret, **launch)
+        TOPK=topk, SWIGLU=False, BM=bm, BN=cfg["BN2"], BK=bk2, **tile, **launch)
     _combine_kernel[(tokens, triton.cdiv(hidden, 1024))](part, ids, y.view(torch.int16), hidden, experts, TOPK=topk,
                                                          RB=1024, num_warps=4)
     return y
 
 
-def dequantize_mxfp4_triton(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+def dequantize_mxfp4_triton(packed: torch.Tensor, scales: torch.Tensor, bf16: bool = False) -> torch.Tensor:
     """The kernels' E2M1/UE8M0 decode on its own (for tests): packed uint8 [..., K/2], scales [..., K/32] ->
-    float32 [..., K], to equal mxfp4.dequantize_mxfp4 bit for bit."""
+    float32 [..., K], to equal mxfp4.dequantize_mxfp4 bit for bit. bf16=True: the GEMM's bf16 decode (DECODE=1,
+    GPU only: the interpreter's bf16 arithmetic is not trustworthy)."""
     groups = scales.shape[-1]
     if packed.shape[-1] != groups * 16 or packed.dtype != torch.uint8 or scales.dtype != torch.uint8:
         raise ValueError("packed must be uint8 [..., 16 * G] and scales uint8 [..., G]")
@@ -126,5 +129,5 @@ def dequantize_mxfp4_triton(packed: torch.Tensor, scales: torch.Tensor) -> torch
     out = torch.empty((p2.shape[0], groups * 32), dtype=torch.float32, device=packed.device)
     rb, gb = 16, 4
     _decode_kernel[(triton.cdiv(p2.shape[0], rb), triton.cdiv(groups, gb))](p2, s2, out, p2.shape[0], groups,
-                                                                           RB=rb, GB=gb)
+                                                                           RB=rb, GB=gb, BF16=bf16)
     return out.reshape(*packed.shape[:-1], groups * 32)

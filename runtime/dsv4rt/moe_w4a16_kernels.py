@@ -40,8 +40,9 @@ def _bf16_bits(x):
 
 
 @triton.jit
-def _decode_kernel(packed_ptr, scale_ptr, out_ptr, R, G, RB: tl.constexpr, GB: tl.constexpr):
-    """Test entry for the decode helpers: packed [R, G*16] and scales [R, G] -> float32 [R, G*32]."""
+def _decode_kernel(packed_ptr, scale_ptr, out_ptr, R, G, RB: tl.constexpr, GB: tl.constexpr, BF16: tl.constexpr):
+    """Test entry for the decode helpers: packed [R, G*16] and scales [R, G] -> float32 [R, G*32] (BF16: through
+    the GEMM's bf16 decode, DECODE=1)."""
     r = tl.program_id(0) * RB + tl.arange(0, RB)
     g = tl.program_id(1) * GB + tl.arange(0, GB)
     j = tl.arange(0, 16)
@@ -49,7 +50,14 @@ def _decode_kernel(packed_ptr, scale_ptr, out_ptr, R, G, RB: tl.constexpr, GB: t
     b = tl.load(packed_ptr + r[:, None, None] * (G * 16) + g[None, :, None] * 16 + j[None, None, :],
                 mask=mask[:, :, None], other=0).to(tl.int32)
     f = _scale_f32(tl.load(scale_ptr + r[:, None] * G + g[None, :], mask=mask, other=127))[:, :, None]
-    values = tl.join(_e2m1_f32(b & 15) * f, _e2m1_f32(b >> 4) * f)  # [RB, GB, 16, 2]: low nibble first
+    if BF16:
+        fb = f.to(tl.bfloat16)
+        lo = _e2m1_bf16(((b & 7) << 6) | ((b & 8) << 12), fb).to(tl.float32)
+        hi = _e2m1_bf16(((b & 0x70) << 2) | ((b & 0x80) << 8), fb).to(tl.float32)
+    else:
+        lo = _e2m1_f32(b & 15) * f
+        hi = _e2m1_f32(b >> 4) * f
+    values = tl.join(lo, hi)  # [RB, GB, 16, 2]: low nibble first
     k = g[None, :, None, None] * 32 + j[None, None, :, None] * 2 + tl.arange(0, 2)[None, None, None, :]
     tl.store(out_ptr + r[:, None, None, None] * (G * 32) + k, values, mask=mask[:, :, None, None])
 
@@ -100,31 +108,57 @@ def _route_kernel(ids_ptr, P, E, scratch_ptr, rows_ptr, block_expert_ptr, block_
 
 
 @triton.jit
-def _weight_tile(w_ptrs, s_ptrs, nmask, BN: tl.constexpr, BK: tl.constexpr, DOT_F32: tl.constexpr):
+def _e2m1_bf16(bits16, f):
+    """E2M1 magnitude bits at bf16 bits 6-8 and the sign at bit 15 (int32) -> the value times f, in bf16: the same
+    2**-126 trick as _e2m1_f32 in bf16's identical exponent range (exact wherever bf16 keeps subnormals)."""
+    v = bits16.to(tl.int16).to(tl.bfloat16, bitcast=True)
+    return (v * 8.507059173023462e37) * f
+
+
+@triton.jit
+def _weight_tile(w_ptrs, s_ptrs, nmask, BN: tl.constexpr, BK: tl.constexpr, DECODE: tl.constexpr,
+                 DOT_F32: tl.constexpr):
     """Packed [BN, BK/32, 16] bytes and [BN, BK/32] scales -> the decoded low- and high-nibble halves, each
-    [BN, BK/2] (even and odd K)."""
+    [BN, BK/2] (even and odd K). DECODE 0: in float32 (the interpreter's path); 1: in bf16; 2: a timing probe that
+    skips the decode (wrong values: benchmarks only)."""
     b = tl.load(w_ptrs, mask=nmask[:, None, None], other=0).to(tl.int32)
     f = _scale_f32(tl.load(s_ptrs, mask=nmask[:, None], other=127))[:, :, None]
-    lo = tl.reshape(_e2m1_f32(b & 15) * f, (BN, BK // 2))
-    hi = tl.reshape(_e2m1_f32(b >> 4) * f, (BN, BK // 2))
-    if not DOT_F32:  # exact: an E2M1 value times a power of two has two significant bits
-        lo = lo.to(tl.bfloat16)
-        hi = hi.to(tl.bfloat16)
-    return lo, hi
+    if DECODE == 1 and not DOT_F32:
+        fb = f.to(tl.bfloat16)
+        lo = _e2m1_bf16(((b & 7) << 6) | ((b & 8) << 12), fb)
+        hi = _e2m1_bf16(((b & 0x70) << 2) | ((b & 0x80) << 8), fb)
+    elif DECODE == 2 and not DOT_F32:
+        lo = (b & 15).to(tl.bfloat16)
+        hi = (b >> 4).to(tl.bfloat16)
+    else:
+        lo = _e2m1_f32(b & 15) * f
+        hi = _e2m1_f32(b >> 4) * f
+        if not DOT_F32:  # exact: an E2M1 value times a power of two has two significant bits
+            lo = lo.to(tl.bfloat16)
+            hi = hi.to(tl.bfloat16)
+    return tl.reshape(lo, (BN, BK // 2)), tl.reshape(hi, (BN, BK // 2))
 
 
 @triton.jit
 def _dot_tile(a_even, a_odd, w_ptrs, s_ptrs, nmask, acc, BN: tl.constexpr, BK: tl.constexpr, JOIN: tl.constexpr,
-              DOT_F32: tl.constexpr):
-    """acc + A tile x decoded weight tile^T. JOIN: one dot over K in order (a_even holds the whole A tile);
-    otherwise two dots, even K against the low nibbles and odd K against the high ones."""
-    lo, hi = _weight_tile(w_ptrs, s_ptrs, nmask, BN, BK, DOT_F32)
+              SWAP: tl.constexpr, DECODE: tl.constexpr, DOT_F32: tl.constexpr):
+    """acc + A tile x decoded weight tile^T ([BM, BN]; SWAP: its transpose, [BN, BM], the weights as the MMA's
+    tall operand). JOIN: one dot over K in order (a_even holds the whole A tile); otherwise two dots, even K against
+    the low nibbles and odd K against the high ones."""
+    lo, hi = _weight_tile(w_ptrs, s_ptrs, nmask, BN, BK, DECODE, DOT_F32)
     if JOIN:
         w = tl.reshape(tl.join(lo, hi), (BN, BK))
-        acc = tl.dot(a_even, tl.trans(w), acc)
+        if SWAP:
+            acc = tl.dot(w, tl.trans(a_even), acc)
+        else:
+            acc = tl.dot(a_even, tl.trans(w), acc)
     else:
-        acc = tl.dot(a_even, tl.trans(lo), acc)
-        acc = tl.dot(a_odd, tl.trans(hi), acc)
+        if SWAP:
+            acc = tl.dot(lo, tl.trans(a_even), acc)
+            acc = tl.dot(hi, tl.trans(a_odd), acc)
+        else:
+            acc = tl.dot(a_even, tl.trans(lo), acc)
+            acc = tl.dot(a_odd, tl.trans(hi), acc)
     return acc
 
 
@@ -133,7 +167,8 @@ def _expert_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, rows_ptr, block_expert_ptr
                         N, K, stride_a, stride_we, stride_wn, stride_se, stride_sn, stride_out, up_rows,
                         alpha, limit,
                         TOPK: tl.constexpr, SWIGLU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                        BK: tl.constexpr, JOIN: tl.constexpr, DOT_F32: tl.constexpr):
+                        BK: tl.constexpr, JOIN: tl.constexpr, SWAP: tl.constexpr, DECODE: tl.constexpr,
+                        DOT_F32: tl.constexpr):
     """One program: BM picks of one expert x BN output columns, over all of K. SWIGLU (the first GEMM): A = x rows
     of the picks' tokens, weight rows n (gate) and up_rows + n (up), out = bf16 SwiGLU [P, N]. Otherwise (the
     second GEMM): A = the picks' rows of h, out = float32 routing weight x product, [P, N]."""
@@ -161,8 +196,12 @@ def _expert_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, rows_ptr, block_expert_ptr
         a_ptrs = a_ptr + arow[:, None] * stride_a + tl.arange(0, BK)[None, :]
     else:
         a_ptrs = a_ptr + arow[:, None] * stride_a + 2 * tl.arange(0, BK // 2)[None, :]
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    acc_up = tl.zeros((BM, BN), dtype=tl.float32)
+    if SWAP:
+        acc = tl.zeros((BN, BM), dtype=tl.float32)
+        acc_up = tl.zeros((BN, BM), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        acc_up = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         a_even = tl.load(a_ptrs + k0, mask=rmask[:, None], other=0.0)
         if JOIN:
@@ -172,10 +211,14 @@ def _expert_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, rows_ptr, block_expert_ptr
         if DOT_F32:
             a_even = a_even.to(tl.float32)
             a_odd = a_odd.to(tl.float32)
-        acc = _dot_tile(a_even, a_odd, w_ptrs + k0 // 2, s_ptrs + k0 // 32, nmask, acc, BN, BK, JOIN, DOT_F32)
+        acc = _dot_tile(a_even, a_odd, w_ptrs + k0 // 2, s_ptrs + k0 // 32, nmask, acc, BN, BK, JOIN, SWAP, DECODE,
+                        DOT_F32)
         if SWIGLU:
             acc_up = _dot_tile(a_even, a_odd, w_ptrs + (k0 // 2 + up_w), s_ptrs + (k0 // 32 + up_s), nmask, acc_up,
-                               BN, BK, JOIN, DOT_F32)
+                               BN, BK, JOIN, SWAP, DECODE, DOT_F32)
+    if SWAP:  # back to [BM, BN] for the epilogue
+        acc = tl.trans(acc)
+        acc_up = tl.trans(acc_up)
     omask = rmask[:, None] & nmask[None, :]
     o_ptrs = out_ptr + pick[:, None].to(tl.int64) * stride_out + n[None, :]
     if SWIGLU:  # DeepSeek V4's clamped SwiGLU, as mxfp4.swiglu_clamp

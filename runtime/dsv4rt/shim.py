@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from .moe_patch import TARGET_MODULE as MOE_TARGET, patch_emulation_experts
 from .sparse_patch import CONSUMERS, TARGET, patch_sparse_decode, patch_sparse_decode_consumer
 
 GFX936_TARGET_VERSION = "90306"  # gfx9.3.6 in /sys/class/kfd/kfd/topology/nodes/*/properties
@@ -148,8 +149,10 @@ MODULE_PATCHES: dict[str, tuple[ModulePatch, ...]] = {
 SWITCH_PATCHES: dict[str, dict[str, tuple[ModulePatch, ...]]] = {
     "DSV4_NATIVE_ROPE": {"vllm.model_executor.layers.rotary_embedding.base": (patch_native_rope,)},
     "DSV4_SPARSE_KERNEL": {TARGET: (patch_sparse_decode,), **{c: (patch_sparse_decode_consumer,) for c in CONSUMERS}},
+    "DSV4_MOE_BACKEND": {MOE_TARGET: (patch_emulation_experts,)},  # acts on triton_w4a16 only
 }
-CHOICE_SWITCHES = frozenset({"DSV4_SPARSE_KERNEL"})  # on when set at all; the patch refuses an unknown value loudly
+# On when set at all; the patch refuses an unknown value loudly (DSV4_MOE_BACKEND's ignores vLLM's own choices).
+CHOICE_SWITCHES = frozenset({"DSV4_SPARSE_KERNEL", "DSV4_MOE_BACKEND"})
 LOUD = frozenset(p for table in SWITCH_PATCHES.values() for patches in table.values() for p in patches)
 ACTIVE: dict[str, tuple[ModulePatch, ...]] = {}
 
