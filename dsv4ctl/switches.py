@@ -103,9 +103,10 @@ SWITCHES: tuple[Switch, ...] = (
            derived_from="model.gpu_memory_utilization", source="§3"),
     Switch("DSV4_KV_CACHE_DTYPE", "text", None, "KV cache dtype (fp8 for fp8_ds_mla).", role="derived",
            derived_from="model.kv_cache_dtype", source="§3, §6.8"),
-    Switch("DSV4_MOE_BACKEND", "choice", "emulation", "MoE expert backend (MXFP4 emulation on gfx936).",
-           role="derived", derived_from="model.moe_backend", choices=("emulation", "native", "auto"),
-           source="§0.4, §9.3"),
+    Switch("DSV4_MOE_BACKEND", "choice", "emulation", "MoE expert backend (MXFP4 emulation on gfx936; "
+           "triton_w4a16: the shim runs vLLM's emulation experts through the W4A16 Triton kernel, docs/kernels.md).",
+           role="derived", derived_from="model.moe_backend", choices=("emulation", "native", "auto", "triton_w4a16"),
+           source="§0.4, §9.3, issue 28"),
 )
 
 BY_NAME: dict[str, Switch] = {s.name: s for s in SWITCHES}
