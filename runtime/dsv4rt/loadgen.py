@@ -9,7 +9,9 @@ One record per request, in serve-requests.jsonl's keys (the contract with dsv4ct
   index, warmup, send_s (since the load's start), ttft_s, itl_s, e2el_s, prompt_tokens, output_tokens,
   token_ids, finish_reason, stop_reason, text, error
 Token ids come back because every request asks for them (`return_token_ids`, vLLM >= 0.10); output_tokens is the
-server's usage count (`stream_options.include_usage`), else the number of ids.
+server's usage count (`stream_options.include_usage`), else the number of ids. Each record is handed to `on_done` the
+moment its request ends (serve.py appends it to serve-requests.jsonl then: a job killed later keeps it).
+`connection_cap` bounds the requests in flight when max_concurrency does not (the job's open-file limit).
 """
 
 from __future__ import annotations
@@ -128,9 +130,12 @@ class Driver:
     """Sends prompts to one server with vllm bench serve's arrival process and concurrency cap."""
 
     def __init__(self, base_url: str, model: str, load: dict[str, Any], sampling: dict[str, Any],
-                 ignore_eos: bool, on_sent: Callable[[int], None] | None = None) -> None:
+                 ignore_eos: bool, on_sent: Callable[[int], None] | None = None,
+                 on_done: Callable[[dict[str, Any]], None] | None = None, connection_cap: int | None = None) -> None:
         self.base_url, self.model, self.load, self.sampling = base_url.rstrip("/"), model, load, sampling
-        self.ignore_eos, self.on_sent = ignore_eos, on_sent
+        self.ignore_eos, self.on_sent, self.on_done = ignore_eos, on_sent, on_done
+        caps = [c for c in (load.get("max_concurrency"), connection_cap) if c]
+        self.cap = min(caps) if caps else None
         self.streaming = 0
         self.in_flight: dict[int, int] = {}
 
@@ -148,11 +153,13 @@ class Driver:
                            record, t0, self.load["request_timeout_s"])
             finally:
                 self.streaming -= 1
+                if self.on_done is not None:
+                    self.on_done(record)
 
     async def run(self, prompts: list[Prompt]) -> LoadResult:
         import aiohttp
 
-        cap = self.load.get("max_concurrency")
+        cap = self.cap
         connector = aiohttp.TCPConnector(limit=cap or 0, limit_per_host=cap or 0, keepalive_timeout=60,
                                          enable_cleanup_closed=True, force_close=False)
         gate = asyncio.Semaphore(cap) if cap else contextlib.nullcontext()
@@ -191,7 +198,7 @@ class Driver:
         max_concurrency (else num_prompts) requests are queued at a time: an unbounded queue is no load."""
         rate = math.inf if self.load["request_rate"] == "inf" else float(self.load["request_rate"])
         gaps = RandomGaps(rate, self.load["burstiness"], self.load["seed"])
-        queue = asyncio.Semaphore(self.load.get("max_concurrency") or len(prompts)) if rate == math.inf else None
+        queue = asyncio.Semaphore(self.cap or len(prompts)) if rate == math.inf else None
         end = t0 + self.load["duration_s"]
         records: list[dict[str, Any]] = []
         tasks = []
@@ -224,5 +231,7 @@ async def _sleep_until(when: float) -> None:
 
 
 def drive(base_url: str, model: str, prompts: list[Prompt], load: dict[str, Any], sampling: dict[str, Any],
-          ignore_eos: bool, on_sent: Callable[[int], None] | None = None) -> LoadResult:
-    return asyncio.run(Driver(base_url, model, load, sampling, ignore_eos, on_sent).run(prompts))
+          ignore_eos: bool, on_sent: Callable[[int], None] | None = None,
+          on_done: Callable[[dict[str, Any]], None] | None = None, connection_cap: int | None = None) -> LoadResult:
+    return asyncio.run(Driver(base_url, model, load, sampling, ignore_eos, on_sent, on_done,
+                              connection_cap).run(prompts))

@@ -106,24 +106,18 @@ def jsonl_prompts(path: Path, n: int, max_tokens: int) -> list[Prompt]:
 
 
 def _prompt(row: Any, max_tokens: int, where: str) -> Prompt:
-    if not isinstance(row, dict):
-        raise LoadError(f"{where}: expected an object with prompt or messages")
+    """One dataset line as a prompt; the check is the one `dsv4ctl validate` applies to every line (serve_rows)."""
+    from dsv4ctl.judge.serve_rows import row_problem
+
+    problem = row_problem(row, max_tokens)
+    if problem is not None:
+        raise LoadError(f"{where}: {problem}")
     wanted = row.get("max_tokens", max_tokens)
-    if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
-        raise LoadError(f"{where}: max_tokens must be a positive integer")
-    messages, prompt = row.get("messages"), row.get("prompt")
-    if messages is not None:
-        if not (isinstance(messages, list) and messages and all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages)):
-            raise LoadError(f"{where}: messages must be a list of {{role, content}} strings")
-        return Prompt(max_tokens=wanted, messages=tuple(dict(m) for m in messages))
-    if isinstance(prompt, str):
-        return Prompt(max_tokens=wanted, text=prompt)
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
-                                                   for t in prompt):
-        return Prompt(max_tokens=wanted, token_ids=tuple(prompt))
-    raise LoadError(f"{where}: needs a prompt (text or token ids) or messages")
+    if row.get("messages") is not None:
+        return Prompt(max_tokens=wanted, messages=tuple(dict(m) for m in row["messages"]))
+    if isinstance(row["prompt"], str):
+        return Prompt(max_tokens=wanted, text=row["prompt"])
+    return Prompt(max_tokens=wanted, token_ids=tuple(row["prompt"]))
 
 
 def special_token_ids(model_dir: Path) -> set[int]:
