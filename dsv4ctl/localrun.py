@@ -1,6 +1,8 @@
 """The local backend's job wrapper: `python -m dsv4ctl.localrun RUN_DIR SCRIPT [TOKEN]`.
 
-Runs the rendered script with bash in its own process group, in its own session (it outlives the CLI), and keeps
+Waits for the job's CPUs from the pool local jobs share (PENDING meanwhile; localprocs.py), then runs the rendered
+script with bash in its own process group, in its own session (it outlives the CLI), every process of it marked
+(localprocs.JOB_ENV): a cancel, a timeout, and the job's own end kill all of them, an orphaned engine included. Keeps
 `local-state.json` in the run directory the way Slurm keeps its accounting: state, exit code and signal, start, end,
 elapsed seconds, peak RSS, and the job's pid with its start time (so a poller can tell, when this wrapper is gone,
 whether the job still runs). `local-wrapper.pid` holds the wrapper's pid and the run's token: a CLI killed right
@@ -22,10 +24,11 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .localprocs import CPUS_ENV, JOB_ENV, CpuSlots, job_marker, kill_job
+
 STATE_FILE = "local-state.json"
 PID_FILE = "local-wrapper.pid"
 RAW_LOG = "raw.log"
-KILL_WAIT_S = 5
 _PY_EXIT = re.compile(rb"^PY_EXIT=(-?[0-9]+)\s*$", re.M)
 
 
@@ -93,9 +96,21 @@ def time_limit_s(run_dir: Path) -> float | None:
         text = json.loads((run_dir / "spec.json").read_text())["slurm"]["time"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return slurm_time_s(text)
+
+
+def slurm_time_s(text: str | None) -> float | None:
+    """A Slurm time limit in seconds (M, M:S, H:M:S, D-H[:M[:S]]); None when unset or unreadable."""
     if not text:
         return None
-    days, _, rest = str(text).rpartition("-")
+    try:
+        return _slurm_seconds(str(text))
+    except ValueError:
+        return None
+
+
+def _slurm_seconds(text: str) -> float:
+    days, _, rest = text.rpartition("-")
     parts = [int(p) for p in rest.split(":")]
     if days:
         seconds = int(days) * 86400 + sum(v * m for v, m in zip(parts, (3600, 60, 1)))
@@ -108,48 +123,75 @@ def time_limit_s(run_dir: Path) -> float | None:
     return float(seconds)
 
 
-def _stop(pgid: int) -> None:
+class _Cancelled(Exception):
+    """SIGTERM while the job waited for its CPUs: it never started."""
+
+
+def _cpus_wanted(run_dir: Path) -> int | None:
+    """slurm.cpus_per_task of the snapshot; None when the spec does not say (the job is not counted)."""
     try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + KILL_WAIT_S
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        cpus = json.loads((run_dir / "spec.json").read_text())["slurm"].get("cpus_per_task")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return cpus if isinstance(cpus, int) and not isinstance(cpus, bool) and cpus > 0 else None
+
+
+def _wait_for_cpus(run_dir: Path, base: dict) -> CpuSlots:
+    """The job's CPUs from the local pool (PENDING while it waits); _Cancelled on SIGTERM meanwhile."""
+    def on_term(signum: int, frame: object) -> None:
+        raise _Cancelled
+
+    signal.signal(signal.SIGTERM, on_term)
+    wanted = _cpus_wanted(run_dir)
+    slots = CpuSlots(wanted or 0)
+    if wanted is None:
+        return slots
+    slots.acquire(on_wait=lambda: write_state(
+        run_dir, state="PENDING", state_detail=f"local: waiting for {slots.wanted} of the {slots.pool} CPUs local "
+        f"jobs share ({CPUS_ENV})", **base))
+    return slots
 
 
 def main(run_dir: Path, script: str, token: str | None = None) -> int:
     write_pid_file(run_dir, os.getpid(), token)
+    base = {"wrapper_pid": os.getpid(), "node": socket.gethostname()}
+    try:
+        slots = _wait_for_cpus(run_dir, base)
+    except _Cancelled:
+        write_state(run_dir, state="CANCELLED", exit_code=0, signal=int(signal.SIGTERM), ended_at=_stamp(time.time()),
+                    elapsed_s=0, state_detail="cancelled while waiting for CPUs", **base)
+        return 0
     start = time.time()
     limit = time_limit_s(run_dir)
-    base = {"wrapper_pid": os.getpid(), "node": socket.gethostname(), "started_at": _stamp(start)}
-    with open(run_dir / "slurm-local.out", "ab") as out:
-        child = subprocess.Popen(["bash", script], cwd=run_dir, stdin=subprocess.DEVNULL, stdout=out,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
-    base["job_start"] = process_start(child.pid)
-    write_state(run_dir, state="RUNNING", job_pgid=child.pid, **base)
+    base["started_at"] = _stamp(start)
+    marker = job_marker(run_dir, os.getpid())
     stopped_by: list[str] = []
+    started: list[subprocess.Popen] = []
 
     def on_term(signum: int, frame: object) -> None:
         stopped_by.append("CANCELLED")
-        _stop(child.pid)
+        kill_job(started[0].pid if started else None, marker)
 
     signal.signal(signal.SIGTERM, on_term)
+    with open(run_dir / "slurm-local.out", "ab") as out:
+        child = subprocess.Popen(["bash", script], cwd=run_dir, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT, start_new_session=True,
+                                 env={**os.environ, JOB_ENV: marker})
+    started.append(child)
+    if stopped_by:  # cancelled while it was being started
+        kill_job(child.pid, marker)
+    base["job_start"] = process_start(child.pid)
+    write_state(run_dir, state="RUNNING", job_pgid=child.pid, job_marker=marker, **base)
     try:
         rc = child.wait(timeout=limit)
     except subprocess.TimeoutExpired:
         stopped_by.append("TIMEOUT")
-        _stop(child.pid)
+        kill_job(child.pid, marker)
         rc = child.wait()
+    # What the job left behind (an engine re-parented to init when its server died): ended, as Slurm's cgroup does.
+    leftovers = kill_job(None, marker)
     end = time.time()
+    slots.release()
     exit_code, sig = (0, -rc) if rc < 0 else (rc, 0)
     if stopped_by:
         state = stopped_by[0]
@@ -157,8 +199,9 @@ def main(run_dir: Path, script: str, token: str | None = None) -> int:
     else:
         state = "COMPLETED" if rc == 0 else "FAILED"
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux
-    write_state(run_dir, state=state, job_pgid=child.pid, exit_code=exit_code, signal=int(sig),
-                ended_at=_stamp(end), elapsed_s=int(round(end - start)), max_rss_kib=peak_kib, **base)
+    write_state(run_dir, state=state, job_pgid=child.pid, job_marker=marker, exit_code=exit_code, signal=int(sig),
+                ended_at=_stamp(end), elapsed_s=int(round(end - start)), max_rss_kib=peak_kib,
+                leftovers_killed=leftovers, **base)
     return 0
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..localprocs import kill_job
 from ..localrun import process_start, py_exit_of, read_pid_file, read_state, write_pid_file
 from . import JobRef, JobStatus, SubmitError
 
@@ -27,6 +28,17 @@ def _alive(pid: int | None) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def _is_wrapper_of(pid: int, run_dir: Path) -> bool:
+    """pid is this run's wrapper still (`python -m dsv4ctl.localrun RUN_DIR ...`), not a process that got its pid."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    named = {os.fsencode(str(run_dir)), os.fsencode(str(Path(run_dir).resolve()))}
+    return b"dsv4ctl.localrun" in argv and bool(named & set(argv))
 
 
 def _wrapper_pid(job_id: str) -> int | None:
@@ -83,7 +95,10 @@ class LocalScheduler:
             state = read_state(job.run_dir)
             if state and state.get("wrapper_pid") not in (None, wrapper):
                 state = None  # an earlier job's record in a resubmitted run's directory
-            if state and state.get("state") != "RUNNING":
+            if state and state.get("state") == "PENDING" and _alive(wrapper):
+                statuses[job.job_id] = JobStatus(job.job_id, "PENDING", state_detail=state.get("state_detail"),
+                                                 node=state.get("node"), source="local")
+            elif state and state.get("state") not in ("RUNNING", "PENDING"):
                 statuses[job.job_id] = _final(job.job_id, state)
             elif _alive(wrapper):
                 statuses[job.job_id] = JobStatus(job.job_id, "RUNNING" if state else "PENDING",
@@ -94,12 +109,26 @@ class LocalScheduler:
         return statuses, []
 
     def cancel(self, jobs: list[JobRef]) -> list[str]:
+        """SIGTERM to a live wrapper (it ends the whole job); for a job whose wrapper is gone (finished, or killed),
+        whatever of the job still runs is killed here (an orphaned engine), and nothing is a problem."""
         problems = []
         for job in jobs:
-            try:
-                os.kill(int(job.job_id.removeprefix("local-")), signal.SIGTERM)
-            except (ValueError, ProcessLookupError) as exc:
-                problems.append(f"{job.job_id}: {exc}")
+            wrapper = _wrapper_pid(job.job_id)
+            if wrapper is None:
+                problems.append(f"{job.job_id}: not a local job id")
+                continue
+            state = read_state(job.run_dir) or {}
+            if state.get("wrapper_pid") not in (None, wrapper):
+                state = {}
+            if _alive(wrapper) and _is_wrapper_of(wrapper, job.run_dir):
+                try:
+                    os.kill(wrapper, signal.SIGTERM)
+                    continue
+                except ProcessLookupError:
+                    pass
+            group = state.get("job_pgid") if state.get("job_start") is not None and \
+                process_start(state.get("job_pgid")) == state.get("job_start") else None
+            kill_job(group, state.get("job_marker"))
         return problems
 
     def find_token(self, token: str, job_name: str, run_dir: Path) -> str | None:
