@@ -133,7 +133,7 @@ def check_field_range(spec: dict[str, Any], field: str, low: int, high: int) -> 
     from pydantic import ValidationError
 
     from .spec import ExperimentSpec
-    from .specload import structural_message
+    from .spec_findings import structural_message
 
     for value in (low, high):
         try:

@@ -44,8 +44,8 @@ class SpecInvalid(Dsv4Error):
     """A spec parsed but broke one or more rules; `findings` says which and where."""
 
     def __init__(self, findings: list) -> None:
-        self.findings = findings
-        errors = [f for f in findings if f.severity == "error"]
+        self.findings = list(dict.fromkeys(findings))  # one finding every matrix point shares, said once
+        errors = [f for f in self.findings if f.severity == "error"]
         super().__init__(f"{len(errors)} error(s) in the spec")
 
 

@@ -21,6 +21,7 @@ from .findings import Finding, Location
 from .limits import (MAX_ALIAS_NODES, MAX_EXTENDS_DEPTH, MAX_MATRIX_POINTS, MAX_RUNS_PER_SPEC, MAX_SPEC_BYTES,
                      MAX_YAML_DEPTH)
 from .spec import ExperimentSpec
+from .spec_findings import point_finding, structural_findings, structural_message  # noqa: F401
 
 FieldPath = tuple[Any, ...]
 
@@ -282,38 +283,6 @@ def point_label(point: dict[str, Any]) -> str:
     return ".".join(f"{key.rsplit('.', 1)[-1]}={value}" for key, value in point.items())
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def structural_message(err: dict[str, Any]) -> str:
-    """pydantic's message, reworded where a user needs the value and the bound (`repeats: 100000000 is above the
-    maximum 10000`, not `Input should be less than or equal to 10000`)."""
-    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
-    if kind == "extra_forbidden":
-        return "unknown key (check the spelling; see README 'Spec reference')"
-    if kind == "less_than_equal":
-        return f"{_shown(value)} is above the maximum {ctx['le']}"
-    if kind == "greater_than_equal":
-        return f"{_shown(value)} is below the minimum {ctx['ge']}"
-    if kind == "too_long":
-        return f"{ctx.get('actual_length')} items is above the maximum {ctx.get('max_length')}"
-    if kind == "int_type":
-        return f"expected a whole number, got {_shown(value)}"
-    if kind == "finite_number":
-        return f"expected a finite number, got {_shown(value)}"
-    return err["msg"].removeprefix("Value error, ")
-
-
-def _structural_findings(exc: ValidationError, doc: Document) -> list[Finding]:
-    findings = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "[key]"))))
-        findings.append(Finding("error", dotted(loc), structural_message(err), location=doc.locate(loc)))
-    return findings
-
-
 PATH_FIELDS: tuple[FieldPath, ...] = (("model", "path"), ("model", "tokenizer"), ("environment", "venv"),
                                      ("environment", "python"), ("environment", "runtime_dir"), ("load", "path"),
                                      ("align", "perplexity_file"))
@@ -406,17 +375,19 @@ def _validate_point(doc: Document, source: Path, point: dict[str, Any]) -> Loade
     if point and not findings:
         data["name"] = f"{data.get('name', '')}.{point_label(point)}"
     spec = None
+    found: list[tuple[FieldPath, Finding]] = []
     try:
         spec = ExperimentSpec.model_validate(data)
     except ValidationError as exc:
-        findings.extend(_structural_findings(exc, doc))
+        found = [(path, Finding(severity, dotted(path), message))
+                 for path, severity, message in structural_findings(exc.errors(include_url=False), data)]
     if spec is not None:
         from .perf import perf_findings
 
-        for finding in [*check_spec(spec), *perf_findings(spec)]:
-            path = tuple(int(p) if p.isdigit() else p for p in finding.path.split("."))
-            findings.append(Finding(finding.severity, finding.path, finding.message, finding.why,
-                                    doc.locate(path)))
+        found = [(tuple(int(p) if p.isdigit() else p for p in f.path.split(".")), f)
+                 for f in [*check_spec(spec), *perf_findings(spec)]]
+    matrix = doc.data.get("matrix") or {}
+    findings += [point_finding(f, path, point, matrix, doc.locate) for path, f in found]
     return LoadedSpec(source, point, spec if not any(f.severity == "error" for f in findings) else None,
                       findings)
 

@@ -151,3 +151,50 @@ def test_markdown_report_escapes_html_from_data():
                       SweepSummary("c", [point], point, None, 0), "gen_s", [])
     text = render_markdown(data)
     assert "<img" not in text and "&lt;img src=x onerror=alert(1)&gt;" in text and "\\| x" in text
+
+
+# ---- issue 29 S34, issue 26 m3: a matrix point's error is located at the matrix value, and said once --------------
+
+
+def test_an_unknown_matrix_axis_is_located_at_the_axis_in_the_users_file_once(tmp_path, capsys):
+    from dsv4ctl.cli import main
+
+    from .conftest import EXPERIMENTS
+
+    mx = tmp_path / "mx.yaml"
+    mx.write_text(f"extends: {EXPERIMENTS / 'cpu-smoke.yaml'}\nmatrix:\n  sampling.max_tokn: [16, 32]\n",
+                  encoding="utf-8")
+    points = load_spec(mx)
+    for point in points:
+        [error] = point.errors
+        assert str(error).startswith(f"{mx}:3:3: error: matrix.sampling.max_tokn: unknown key"), str(error)
+    with pytest.raises(SystemExit):
+        main(["validate", str(mx)])
+    printed = capsys.readouterr().out
+    assert printed.count("unknown key") == 1 and "cpu-smoke.yaml" not in printed
+    with pytest.raises(SystemExit):
+        main(["sweep", str(mx), "--backend", "local", "--db", str(tmp_path / "r.db")])
+    err = capsys.readouterr().err
+    assert err.count("unknown key") == 1 and "1 error(s) in the spec" in err, err
+
+
+def test_matrix_values_that_break_a_rule_are_located_at_each_value(tmp_path):
+    from .conftest import EXPERIMENTS
+
+    spec = tmp_path / "h-sweepbad.yaml"
+    spec.write_text(f"extends: {EXPERIMENTS / 'cpu-serve.yaml'}\nname: h-sweepbad\nmatrix:\n"
+                    "  load.request_rate: [0, -1, .nan, inf]\n", encoding="utf-8")
+    zero, negative, nan, inf = load_spec(spec)
+    assert inf.spec is not None and not inf.errors
+    for point, column in ((zero, 23), (negative, 26), (nan, 30)):
+        [error] = point.errors
+        assert (error.location.file, error.location.line, error.location.column) == (str(spec), 4, column)
+        assert error.path == "load.request_rate", error
+    assert nan.errors[0].message == "expected a finite number, got nan (or 'inf')"  # one finding, not per type
+
+
+def test_a_field_written_in_the_users_file_is_still_located_there(write_spec):
+    [point] = load_spec(write_spec(BASE_SPEC.replace("max_tokens: 32", "max_tokens: 0")))
+    [error] = point.errors
+    assert error.path == "sampling.max_tokens" and error.location.line == BASE_SPEC.count("\n", 0,
+                                                                                         BASE_SPEC.index("max_tokens")) + 1

@@ -63,9 +63,12 @@ def _show_validation(checked, preflights: dict) -> None:
         output.error(checked.unreadable)  # stderr, as every error; the verdict line below carries it too
         output.text(f"{checked.source}: unreadable: {checked.unreadable}", style="red")
         return
+    shown: set[str] = set()  # a finding every matrix point shares (an unknown axis) is printed once
     for point in checked.points:
         for finding in point.findings:
-            output.text(str(finding), style="red" if finding.severity == "error" else "yellow")
+            if str(finding) not in shown:
+                shown.add(str(finding))
+                output.text(str(finding), style="red" if finding.severity == "error" else "yellow")
         label = f" [{_label(point.point)}]" if point.point else ""
         counts = f"({len(point.errors)} error(s), {len(point.warnings)} warning(s))"
         result = preflights.get((str(point.source), _label(point.point)))
