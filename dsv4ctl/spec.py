@@ -242,6 +242,12 @@ class LoadSpec(_Strict):
     memory_limit_mib: float | None = Field(None, gt=0, description="Server memory growth over a soak that fails "
                                                                   "the run (without it a leak is only flagged).")
 
+    @field_validator("request_rate", mode="before")
+    @classmethod
+    def _yaml_infinity(cls, value: Any) -> Any:
+        """YAML's own infinity (`.inf`) is the rate `inf`, not a second error beside the first (issue 29 S15)."""
+        return "inf" if isinstance(value, float) and value == float("inf") else value
+
     @model_validator(mode="after")
     def _dataset_file(self) -> "LoadSpec":
         if (self.dataset == "jsonl") != (self.path is not None):

@@ -125,3 +125,70 @@ def test_serve_rules_never_crash(tmp_path_factory, rate, cap, out, duration, tpo
     assert point.spec is not None
     assert all(f.severity in ("error", "warning") for f in point.findings)
     assert ("load.max_concurrency" in {f.path for f in point.findings}) == (cap is None)
+
+
+# ---- issue 29 S14-S17: what validate could see and let through ---------------------------------------------------
+
+
+def test_every_jsonl_line_gets_the_jobs_own_check(write_spec, tmp_path):
+    # S14: only the first 1000 lines were read, and only for a prompt/messages key
+    cases = {"broken1001": "".join(f'{{"prompt": "hi {i}"}}\n' for i in range(1000)) + "{not json\n",
+             "promptnum": '{"prompt": 42}\n', "msgstr": '{"prompt": "ok", "messages": "oops"}\n',
+             "blank": "\n\n   \n", "maxtok": '{"prompt": "hi", "max_tokens": 1000000000}\n'}
+    said = {"broken1001": "line 1001: not JSON", "promptnum": "line 1: needs a prompt (text or token ids)",
+            "msgstr": "line 1: messages must be a list of {role, content} strings",
+            "blank": "has no prompts (blank lines only)",
+            "maxtok": "line 1: max_tokens 1000000000 is more than model.max_model_len 512"}
+    for name, text in cases.items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(text, encoding="utf-8")
+        found = findings(write_spec, f"dataset: jsonl\npath: {path}\nmax_concurrency: 1")
+        assert any(s == "error" and p == "load.path" and said[name] in m for s, p, m in found), (name, found)
+
+
+def test_token_ids_outside_the_vocabulary_when_the_model_is_here(write_spec, tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"vocab_size": 812}')
+    ids = tmp_path / "ids.jsonl"
+    ids.write_text('{"prompt": [811, 5]}\n{"prompt": [1000000000, 5, 6]}\n')
+    text = CPU_SERVE.replace("/models/m", str(model)) + f"  dataset: jsonl\n  path: {ids}\n  max_concurrency: 1\n"
+    (point,) = load_spec(write_spec(text))
+    assert any("line 2: token id 1000000000 is outside the model's vocabulary (812 ids)" in f.message
+               for f in point.findings if f.severity == "error"), point.findings
+
+
+def test_outputs_longer_than_the_model_are_refused(write_spec):
+    found = findings(write_spec, "random_input_len: 400\nrandom_output_len: 200\nmax_concurrency: 1")
+    assert any(s == "error" and p == "load.random_output_len" and "exceed model.max_model_len 512" in m
+               for s, p, m in found), found
+    assert "sampling.max_tokens" not in paths(findings(write_spec, "dataset: requests\nmax_concurrency: 1"))
+    text = CPU_SERVE.replace("max_tokens: 32", "max_tokens: 600") + "  dataset: requests\n  max_concurrency: 1\n"
+    (point,) = load_spec(write_spec(text))
+    assert any(f.path == "sampling.max_tokens" and f.severity == "error" for f in point.findings)
+
+
+def test_yaml_infinity_is_the_rate_inf(write_spec):
+    # S15: `.inf` got two errors ("expected a finite number", "Input should be 'inf'")
+    text = CPU_SERVE + "  request_rate: .inf\n  max_concurrency: 4\n"
+    (point,) = load_spec(write_spec(text))
+    assert point.errors == [] and point.spec.load.request_rate == "inf"
+
+
+def test_a_load_longer_than_the_time_limit_warns(write_spec):
+    # S16: a week's soak and 8 prompts at 1e-9 req/s, both with minutes of slurm.time
+    week = findings(write_spec, "duration_s: 604800\nmemory_limit_mib: 500\nmax_concurrency: 1",
+                    'slurm:\n  time: "00:10:00"\n')
+    assert any(p == "load.duration_s" and "longer than slurm.time 00:10:00 (600 s)" in m for _, p, m in week), week
+    tiny = findings(write_spec, "request_rate: 1e-9\nnum_prompts: 8\nmax_concurrency: 1", 'slurm:\n  time: "1:30"\n')
+    assert any(p == "load.request_rate" and "slurm.time 1:30 (90 s)" in m for _, p, m in tiny), tiny
+    fits = findings(write_spec, "request_rate: 8\nnum_prompts: 64\nmax_concurrency: 1", 'slurm:\n  time: "10"\n')
+    assert not any("slurm.time" in m for _, _, m in fits)
+
+
+@pytest.mark.parametrize("args", [["--port", "38600"], ["--host=0.0.0.0"], ["--model", "/elsewhere"]])
+def test_flags_the_job_sets_are_refused_in_serve_args(write_spec, args):
+    # S17: the server listened on 38600 while the job polled its own port for the whole ready timeout
+    found = findings(write_spec, "max_concurrency: 1", f"serve:\n  args: {args}\n")
+    assert any(s == "error" and p == "serve.args" and args[0].split("=")[0] in m for s, p, m in found), found
+    assert "serve.args" not in paths(findings(write_spec, "max_concurrency: 1", "serve:\n  args: [--max-num-seqs, '8']\n"))
