@@ -188,6 +188,19 @@ def root_cause(errors: list[Blocker]) -> Blocker | None:
     return next((e for e in ranked if e.kind != "logged_error"), ranked[0])
 
 
+def _missing_reason(facts: LogFacts, expected: int, printed: int) -> str:
+    """Which requests have no result (issue 29 S19): named while every block is kept, counted past the cap."""
+    if facts.overflow.judged:
+        return f"{expected - printed} request(s) have no result ({printed} of {expected} printed)"
+    seen = {r.index for r in facts.requests}
+    absent = [i for i in range(expected) if i not in seen]
+    if not absent:  # indices off the 0..n-1 numbering: only the count is sure
+        return f"{expected - printed} request(s) have no result ({printed} of {expected} printed)"
+    named = ", ".join(map(str, absent[:3])) + (f" and {len(absent) - 3} more" if len(absent) > 3 else "")
+    return f"request{'s' if len(absent) > 1 else ''} {named} {'have' if len(absent) > 1 else 'has'} no result " \
+           f"({printed} of {expected} printed)"
+
+
 def _scheduler_killed(facts: LogFacts, scheduler: SchedulerSummary | None) -> str | None:
     if scheduler is not None and scheduler.state in KILLED_STATES:
         return scheduler.state + (f" {scheduler.state_detail}" if scheduler.state_detail else "")
@@ -261,6 +274,8 @@ def judge(facts: LogFacts, scheduler: SchedulerSummary | None = None,
             reasons.append(f"no results: the scheduler stopped the job ({killed})")
         elif facts.py_exit is None:
             reasons.append("no results and no PY_EXIT line: the log stops early")
+        elif missing and n_requests:
+            reasons.append(_missing_reason(facts, opts.expected_requests, n_requests))
         else:
             reasons.append("no results were printed")
         if missing and n_requests:

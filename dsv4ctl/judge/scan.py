@@ -297,7 +297,7 @@ class LogParser:
             return
         m = markers.FIELD_RE.match(content)
         if m and m.group("key") == "TOKEN_IDS":
-            self._start_request(line_no, m.group("idx"), m.group("value"))
+            self._start_request(line_no, m.group("idx") or self._request_line_index(buf, start), m.group("value"))
             return
         if markers.ENGINE_READY in content or markers.SERVER_READY in content:
             m = markers.ENGINE_READY_RE.search(content)
@@ -545,6 +545,15 @@ class LogParser:
             if len(tally.examples) < MAX_BAD_KEPT:
                 verdict.token_ids = verdict.token_ids[:64]
                 tally.examples.append(verdict)
+
+    def _request_line_index(self, buf: bytes, start: int) -> str | None:
+        """The index of a `REQUEST: N` line right above TOKEN_IDS (the probe's block), so a block is numbered as
+        printed, not by its place (issue 29 S19: request 5 missing of 10 is request 5, not 9)."""
+        if start <= 0:
+            return None
+        begin = buf.rfind(b"\n", 0, start - 1) + 1
+        m = markers.REQUEST_RE.match(self.heads(clean_line(buf[begin:start - 1])).content)
+        return m.group("idx") if m else None
 
     def _start_request(self, line_no: int, idx: str | None, value: str) -> None:
         self._finish_request()
