@@ -149,7 +149,10 @@ def reference_from(samples: dict[str, list[float]], tolerance: float,
     for metric in sorted(metrics or samples):
         values = samples.get(metric) or []
         if not values:
-            raise PerfReferenceError(f"no measured {metric!r} in the runs given")
+            from .history import known_words
+
+            raise PerfReferenceError(f"no measured {metric!r} in the runs given"
+                                     + known_words(metric, sorted(samples), "metrics present"))
         kind = "min" if any(word in metric for word in HIGHER_IS_BETTER) else "max"
         block[metric] = {kind: round(median(values), 6), "tolerance": f"{tolerance * 100:g}%"}
     return block

@@ -401,3 +401,12 @@ def test_the_offline_metric_list_holds_what_the_probe_prints():
     written = text[text.index('metrics = {"gen_s"'):text.index('say(markers.dsv4_line("DSV4_METRICS"')]
     printed = set(re.findall(r'"([a-z_0-9]+)":', written)) - {"gen_s_all"}  # a list, never a stored number
     assert printed == set(OFFLINE_METRICS)
+
+
+def test_reference_set_of_an_unknown_metric_exits_2_with_the_metrics_present(cli, tmp_path, capsys):
+    """Issue 26 m14: the same check as compare, history and report."""
+    db = tmp_path / "r.db"
+    _ingest(cli, tmp_path, db, "P1", 60)
+    code, _, err = run_main(capsys, "reference", "set", "j17", "--from", "P1", "--metric", "gen_S", "--db", db)
+    assert code == 2 and "no measured 'gen_S'" in err and "did you mean 'gen_s'?" in err and "tokens_per_s" in err
+    assert _stored_references(db) == 0
