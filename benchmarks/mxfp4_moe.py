@@ -102,9 +102,10 @@ def graph_us(w: dict, xs: list, routings: list, config: dict | None, iters: int)
 
 
 def variant_configs(base: dict) -> list[dict]:
-    """Stage 1 (EP8, T = 8): decode arithmetic x operand order x K layout; DECODE 2 is the no-decode timing probe."""
-    return [{**base, "DECODE": d, "SWAP": swap, "JOIN": join}
-            for d, swap, join in itertools.product((0, 1, 2), (False, True), (True, False))]
+    """Stage 1 (EP8, T = 8): decode arithmetic x operand order x K layout x prefetch; DECODE 2 is the no-decode
+    timing probe."""
+    return [{**base, "DECODE": d, "SWAP": swap, "JOIN": join, "PREFETCH": pre}
+            for d, swap, join, pre in itertools.product((0, 1, 2), (False, True), (True, False), (False, True))]
 
 
 def tile_configs(base: dict) -> list[dict]:
@@ -152,8 +153,9 @@ def run_shape(name: str, tokens_list: list[int], copy_gbs: float, base: dict | N
         start = default_config(8, TOPK, experts)
         _, best, timed = fastest(w, xs, routings, variant_configs(start), iters, 4 * budget_s, print)
         for us, cfg in timed:
-            probes[f"DECODE{cfg['DECODE']} SWAP{int(cfg['SWAP'])} JOIN{int(cfg['JOIN'])}"] = us
-            print(f"  variant DECODE={cfg['DECODE']} SWAP={cfg['SWAP']} JOIN={cfg['JOIN']}: {us:.1f} us", flush=True)
+            key = f"DECODE{cfg['DECODE']} SWAP{int(cfg['SWAP'])} JOIN{int(cfg['JOIN'])} PREFETCH{int(cfg['PREFETCH'])}"
+            probes[key] = us
+            print(f"  variant {key}: {us:.1f} us", flush=True)
         us, base, timed = fastest(w, xs, routings, tile_configs(best), iters, 4 * budget_s, print)
         for t_us, cfg in timed:
             print(f"  tile BN={cfg['BN1']} BK={cfg['BK']} warps={cfg['warps']}: {t_us:.1f} us", flush=True)
@@ -201,7 +203,7 @@ def table(rows: list, copy_gbs: float) -> str:
             f"{r['emulation_us']:>8.0f} {r['x_emulation']:>6.0f}x {r['routed_dequant_us']:>9.0f} "
             f"{r['x_routed']:>7.0f}x {r['excess']:>6.2f} {r['rel_l2']:>7.4f} "
             f"BM{c['BM']} BN{c['BN1']}/{c['BN2']} BK{c['BK']} {'join' if c['JOIN'] else 'split'}"
-            f"{' swap' if c['SWAP'] else ''} dec{c['DECODE']} w{c['warps']} s{c['stages']}")
+            f"{' swap' if c['SWAP'] else ''}{' pre' if c['PREFETCH'] else ''} dec{c['DECODE']} w{c['warps']} s{c['stages']}")
     return "\n".join(lines)
 
 

@@ -58,6 +58,7 @@ CASES: dict[str, dict] = {
     "random_k2": {},
     "random_k2_split": {"config": {"BK": 64, "BN1": 32, "BN2": 32, "JOIN": False}},
     "random_k2_swap": {"config": {"BK": 64, "BN1": 32, "BN2": 32, "SWAP": True}},
+    "random_k2_prefetch": {"config": {"BK": 32, "BN1": 32, "BN2": 32, "PREFETCH": True}},
     "k1": {"topk": 1, "tokens": 9},
     "k8": {"topk": 8, "tokens": 5},
     "t1_top6": {"tokens": 1, "topk": 6},
@@ -70,7 +71,8 @@ CASES: dict[str, dict] = {
                                                                               "BM": 16}},
     "remote_ids": {"kind": "remote", "tokens": 6},
     "wide_blocks_split_swap": {"tokens": 24, "topk": 4, "config": {"BK": 32, "BN1": 16, "BN2": 32, "BM": 64,
-                                                                    "JOIN": False, "SWAP": True}},
+                                                                    "JOIN": False, "SWAP": True,
+                                                                    "PREFETCH": True}},
 }
 
 # Stand-ins for a wrong kernel: the reference run on altered inputs must break the tolerance against the kernel.

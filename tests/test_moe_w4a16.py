@@ -98,8 +98,8 @@ def test_decode_is_bit_exact_on_the_gpu(bf16):
 
 
 @gpu
-@pytest.mark.parametrize("variant", [{}, {"SWAP": True}, {"DECODE": 1}, {"SWAP": True, "DECODE": 1}],
-                         ids=["f32-decode", "swap", "bf16-decode", "swap-bf16-decode"])
+@pytest.mark.parametrize("variant", [{}, {"SWAP": True, "DECODE": 1, "PREFETCH": True}],
+                         ids=["as-in-ci", "swap-bf16decode-prefetch"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_kernel_matches_the_emulation_path_on_the_gpu(name, variant):
     assert_within(check_case(name, "cuda", override=variant))

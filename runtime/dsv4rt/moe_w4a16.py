@@ -27,8 +27,8 @@ def default_config(tokens: int, topk: int, experts: int) -> dict:
     block decodes that expert's weights again)."""
     per_expert = tokens * topk / max(experts, 1)
     bm = 16 if per_expert <= 16 else 32 if per_expert <= 32 else 64
-    return {"BM": bm, "BN1": 64, "BN2": 64, "BK": 128, "JOIN": True, "SWAP": False, "DECODE": 0, "warps": 4,
-            "stages": 3}
+    return {"BM": bm, "BN1": 64, "BN2": 64, "BK": 128, "JOIN": True, "SWAP": False, "DECODE": 0, "PREFETCH": False,
+            "warps": 4, "stages": 3}
 
 
 def _check(x, w13, w13_scale, w2, w2_scale, topk_ids, topk_weights) -> tuple[int, int, int, int, int]:
@@ -99,7 +99,8 @@ def mxfp4_moe(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, w2: t
     part = torch.empty((picks, hidden), dtype=torch.float32, device=x.device)
     clamp = float("inf") if limit is None else float(limit)
     launch = {"num_warps": cfg["warps"], "num_stages": cfg["stages"]}
-    tile = {"JOIN": cfg["JOIN"], "SWAP": cfg["SWAP"], "DECODE": cfg["DECODE"], "DOT_F32": interpret}
+    tile = {"JOIN": cfg["JOIN"], "SWAP": cfg["SWAP"], "DECODE": cfg["DECODE"], "PREFETCH": cfg["PREFETCH"],
+            "DOT_F32": interpret}
     n_blocks = block_expert.numel()
     bk1, bk2 = _block_k(hidden, cfg["BK"]), _block_k(inter, cfg["BK"])
     _expert_gemm_kernel[(n_blocks, triton.cdiv(inter, cfg["BN1"]))](

@@ -116,13 +116,19 @@ def _e2m1_bf16(bits16, f):
 
 
 @triton.jit
-def _weight_tile(w_ptrs, s_ptrs, nmask, BN: tl.constexpr, BK: tl.constexpr, DECODE: tl.constexpr,
+def _load_tile(w_ptrs, s_ptrs, mask):
+    """The packed bytes [BN, BK/32, 16] and scale bytes [BN, BK/32] of one weight tile (rows outside `mask`: 0)."""
+    return tl.load(w_ptrs, mask=mask[:, None, None], other=0), tl.load(s_ptrs, mask=mask[:, None], other=127)
+
+
+@triton.jit
+def _weight_tile(packed, scale_bytes, BN: tl.constexpr, BK: tl.constexpr, DECODE: tl.constexpr,
                  DOT_F32: tl.constexpr):
     """Packed [BN, BK/32, 16] bytes and [BN, BK/32] scales -> the decoded low- and high-nibble halves, each
     [BN, BK/2] (even and odd K). DECODE 0: in float32 (the interpreter's path); 1: in bf16; 2: a timing probe that
     skips the decode (wrong values: benchmarks only)."""
-    b = tl.load(w_ptrs, mask=nmask[:, None, None], other=0).to(tl.int32)
-    f = _scale_f32(tl.load(s_ptrs, mask=nmask[:, None], other=127))[:, :, None]
+    b = packed.to(tl.int32)
+    f = _scale_f32(scale_bytes)[:, :, None]
     if DECODE == 1 and not DOT_F32:
         fb = f.to(tl.bfloat16)
         lo = _e2m1_bf16(((b & 7) << 6) | ((b & 8) << 12), fb)
@@ -140,12 +146,26 @@ def _weight_tile(w_ptrs, s_ptrs, nmask, BN: tl.constexpr, BK: tl.constexpr, DECO
 
 
 @triton.jit
-def _dot_tile(a_even, a_odd, w_ptrs, s_ptrs, nmask, acc, BN: tl.constexpr, BK: tl.constexpr, JOIN: tl.constexpr,
+def _a_tile(a_ptrs, rmask, JOIN: tl.constexpr, DOT_F32: tl.constexpr):
+    """The A rows of one K step: the whole [BM, BK] tile (JOIN), or its even and odd columns."""
+    a_even = tl.load(a_ptrs, mask=rmask[:, None], other=0.0)
+    if JOIN:
+        a_odd = a_even
+    else:
+        a_odd = tl.load(a_ptrs + 1, mask=rmask[:, None], other=0.0)
+    if DOT_F32:
+        a_even = a_even.to(tl.float32)
+        a_odd = a_odd.to(tl.float32)
+    return a_even, a_odd
+
+
+@triton.jit
+def _dot_tile(a_even, a_odd, packed, scale_bytes, acc, BN: tl.constexpr, BK: tl.constexpr, JOIN: tl.constexpr,
               SWAP: tl.constexpr, DECODE: tl.constexpr, DOT_F32: tl.constexpr):
     """acc + A tile x decoded weight tile^T ([BM, BN]; SWAP: its transpose, [BN, BM], the weights as the MMA's
     tall operand). JOIN: one dot over K in order (a_even holds the whole A tile); otherwise two dots, even K against
     the low nibbles and odd K against the high ones."""
-    lo, hi = _weight_tile(w_ptrs, s_ptrs, nmask, BN, BK, DECODE, DOT_F32)
+    lo, hi = _weight_tile(packed, scale_bytes, BN, BK, DECODE, DOT_F32)
     if JOIN:
         w = tl.reshape(tl.join(lo, hi), (BN, BK))
         if SWAP:
@@ -168,7 +188,7 @@ def _expert_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, rows_ptr, block_expert_ptr
                         alpha, limit,
                         TOPK: tl.constexpr, SWIGLU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                         BK: tl.constexpr, JOIN: tl.constexpr, SWAP: tl.constexpr, DECODE: tl.constexpr,
-                        DOT_F32: tl.constexpr):
+                        PREFETCH: tl.constexpr, DOT_F32: tl.constexpr):
     """One program: BM picks of one expert x BN output columns, over all of K. SWIGLU (the first GEMM): A = x rows
     of the picks' tokens, weight rows n (gate) and up_rows + n (up), out = bf16 SwiGLU [P, N]. Otherwise (the
     second GEMM): A = the picks' rows of h, out = float32 routing weight x product, [P, N]."""
@@ -202,20 +222,30 @@ def _expert_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, rows_ptr, block_expert_ptr
     else:
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         acc_up = tl.zeros((BM, BN), dtype=tl.float32)
-    for k0 in range(0, K, BK):
-        a_even = tl.load(a_ptrs + k0, mask=rmask[:, None], other=0.0)
-        if JOIN:
-            a_odd = a_even
-        else:
-            a_odd = tl.load(a_ptrs + k0 + 1, mask=rmask[:, None], other=0.0)
-        if DOT_F32:
-            a_even = a_even.to(tl.float32)
-            a_odd = a_odd.to(tl.float32)
-        acc = _dot_tile(a_even, a_odd, w_ptrs + k0 // 2, s_ptrs + k0 // 32, nmask, acc, BN, BK, JOIN, SWAP, DECODE,
-                        DOT_F32)
+    if PREFETCH:  # the next K step's weight bytes are loaded before this step's decode (by hand: two buffers)
+        w_next, s_next = _load_tile(w_ptrs, s_ptrs, nmask)
         if SWIGLU:
-            acc_up = _dot_tile(a_even, a_odd, w_ptrs + (k0 // 2 + up_w), s_ptrs + (k0 // 32 + up_s), nmask, acc_up,
-                               BN, BK, JOIN, SWAP, DECODE, DOT_F32)
+            u_next, t_next = _load_tile(w_ptrs + up_w, s_ptrs + up_s, nmask)
+        for k0 in range(0, K, BK):
+            a_even, a_odd = _a_tile(a_ptrs + k0, rmask, JOIN, DOT_F32)
+            more = nmask & (n * 0 + (k0 + BK) < K)  # a vector: the interpreter refuses a scalar in a mask
+            w_cur, s_cur = w_next, s_next
+            w_next, s_next = _load_tile(w_ptrs + (k0 + BK) // 2, s_ptrs + (k0 + BK) // 32, more)
+            if SWIGLU:
+                u_cur, t_cur = u_next, t_next
+                u_next, t_next = _load_tile(w_ptrs + ((k0 + BK) // 2 + up_w), s_ptrs + ((k0 + BK) // 32 + up_s),
+                                            more)
+            acc = _dot_tile(a_even, a_odd, w_cur, s_cur, acc, BN, BK, JOIN, SWAP, DECODE, DOT_F32)
+            if SWIGLU:
+                acc_up = _dot_tile(a_even, a_odd, u_cur, t_cur, acc_up, BN, BK, JOIN, SWAP, DECODE, DOT_F32)
+    else:
+        for k0 in range(0, K, BK):
+            a_even, a_odd = _a_tile(a_ptrs + k0, rmask, JOIN, DOT_F32)
+            w_cur, s_cur = _load_tile(w_ptrs + k0 // 2, s_ptrs + k0 // 32, nmask)
+            acc = _dot_tile(a_even, a_odd, w_cur, s_cur, acc, BN, BK, JOIN, SWAP, DECODE, DOT_F32)
+            if SWIGLU:
+                u_cur, t_cur = _load_tile(w_ptrs + (k0 // 2 + up_w), s_ptrs + (k0 // 32 + up_s), nmask)
+                acc_up = _dot_tile(a_even, a_odd, u_cur, t_cur, acc_up, BN, BK, JOIN, SWAP, DECODE, DOT_F32)
     if SWAP:  # back to [BM, BN] for the epilogue
         acc = tl.trans(acc)
         acc_up = tl.trans(acc_up)
