@@ -12,7 +12,6 @@ import json
 import re
 from dataclasses import dataclass
 
-from .textrules import text_problems  # noqa: F401  (re-exported: the request rules import it from here)
 
 BOS_TEXT = "<｜begin▁of▁sentence｜>"
 BOS_TEXTS = (BOS_TEXT, "<s>", "<|begin_of_text|>")
@@ -44,6 +43,14 @@ class PrintedOutput:
     text: str | None
     token_ids: list[int] | None
     nonfinite: str | None = None  # the NaN/inf logprob text, when one was printed
+
+
+def text_problems(text: str, max_repeat_run: int) -> list[str]:
+    """The text rules (`textrules`), imported on first use: a passing log with token ids never needs them, and
+    compiling their patterns is a tenth of the verdict's start-up."""
+    from .textrules import text_problems as rules
+
+    return rules(text, max_repeat_run)
 
 
 def literal(text: str) -> str:
