@@ -162,3 +162,36 @@ def rendered(page: Path) -> str:
     return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                            f"--user-data-dir={page.parent / 'chrome-profile'}", "--dump-dom", f"file://{page}"],
                           capture_output=True, text=True, timeout=120).stdout
+
+
+def test_two_processes_on_one_bisection_on_the_cluster_spend_what_one_spends(cluster, tmp_path):  # noqa: F811
+    """Issue 29 S25: the second process is refused with the first one's pid, never submits a round of its own."""
+    good, bad = pair(tmp_path, "DSV4_MOE_Q1_PREPARE:1.0", seed=7)
+    argv = command(tmp_path, str(good), str(bad), "--base-runs", "5", "--yes")
+    procs = [subprocess.Popen(argv, cwd=ROOT, text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for _ in range(2)]
+    outs = [(p.returncode, out, err) for p in procs for out, err in [p.communicate(timeout=400)]]
+    finished = [json.loads(out) for code, out, _ in outs if code == 0]
+    refused = [err for code, _, err in outs if code == 2]
+    assert len(finished) == 1 and len(refused) == 1, outs
+    assert "bisection 1 is being run by pid" in refused[0]
+    [result] = finished
+    assert culprit_names(result) == ["switches.DSV4_MOE_Q1_PREPARE"] and result["sure"]
+    alone_dir = tmp_path / "alone"
+    alone = result_of(bisect(alone_dir, *map(str, pair(alone_dir, "DSV4_MOE_Q1_PREPARE:1.0", seed=7)),
+                             "--base-runs", "5", "--yes"))
+    assert result["jobs"] == alone["jobs"]  # the draws are seeded: two processes spent what one alone spends
+    again = bisect(tmp_path, str(good), str(bad), "--base-runs", "5")  # finished: no --yes, no job
+    assert again.returncode == 0 and result_of(again)["jobs"] == result["jobs"]
+
+
+def test_a_good_that_always_fails_stops_after_the_base_runs_on_the_cluster(cluster, tmp_path):  # noqa: F811
+    """Issue 29 S24: 10 jobs, not 40, and the bisection is finished: bisect-report shows why."""
+    good, bad = pair(tmp_path, "batch>=1:1.0")
+    done = bisect(tmp_path, str(good), str(bad), "--base-runs", "5", "--yes")
+    result = result_of(done)
+    assert done.returncode == 1 and result["kind"] == "nothing" and result["jobs"] == 10
+    report = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "bisect-report", "1", "--db",
+                             str(tmp_path / "r.db"), "--json"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    data = json.loads(report.stdout)
+    assert data["state"] == "done" and "as often as BAD" in data["result"]["reason"]
