@@ -8,7 +8,9 @@ align run (`reference: run:ID`) — whatever the job printed. The verdict then m
   aligned                 the verdict is the log's (the greedy tokens judged as any run's); nothing added.
   diverged at <rung>      not passed; a coherent status becomes `degenerate`, and the first blocker (kind
                           `align_diverged`) names the rung: `diverged at layer 3: cosine 0.9873 < 0.999 ...`.
-  not compared: <why>     a capture missing, unreadable or not of the same prompts: not passed, the same way.
+  not compared: <why>     a capture missing, unreadable, not of the same prompts or layers, or a reference of
+                          another model: not passed, its own outcome: a coherent status becomes `incomplete`
+                          (nothing was compared, so nothing diverged), first blocker `align_not_compared`.
 
 Standard library at import: numpy is imported by align_compare's functions, only for align runs.
 """
@@ -16,6 +18,7 @@ Standard library at import: numpy is imported by align_compare's functions, only
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +27,11 @@ from .errors import Dsv4Error
 if TYPE_CHECKING:
     from .campaign import PlannedRun
     from .judge.rules import Verdict
-    from .store import Store
+    from .store import RunRow, Store
 
 ALIGN_DIR = "align"
 BLOCKER_KIND = "align_diverged"
+NOT_COMPARED_KIND = "align_not_compared"  # its own outcome: nothing was compared, so nothing diverged either
 
 
 class AlignReferenceUnavailable(Dsv4Error):
@@ -40,8 +44,11 @@ def capture_dir(row) -> Path | None:
     return Path(log).parent / ALIGN_DIR if log else None
 
 
-def reference_dir(store: Store, reference: str) -> Path:
-    """The capture directory of the stored align run `run:ID` names; AlignReferenceUnavailable otherwise."""
+REFERENCE_ID = re.compile(r"run:([0-9]{1,18})")  # what a submitted spec holds: the run id fixed at submit
+
+
+def _reference_row(store: Store, reference: str) -> RunRow:
+    """The stored align run `run:ID` names, with a capture; AlignReferenceUnavailable otherwise."""
     from .store import RunNotFound
 
     ref = reference.removeprefix("run:")
@@ -57,7 +64,73 @@ def reference_dir(store: Store, reference: str) -> Path:
     if found is None or not (found / "engine.json").exists():
         raise AlignReferenceUnavailable(f"align.reference {reference}: run {row.id} ({row.data.get('label')}) has "
                                         f"no capture at {found}")
-    return found
+    return row
+
+
+def reference_dir(store: Store, reference: str) -> Path:
+    """The capture directory of the stored align run `run:ID` names; AlignReferenceUnavailable otherwise."""
+    return capture_dir(_reference_row(store, reference))  # type: ignore[return-value]
+
+
+def model_of(snapshot: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(model path, architecture) of a stored spec: what `the same model` means for a reference."""
+    model = snapshot.get("model") if isinstance(snapshot.get("model"), dict) else {}
+    return model.get("path"), model.get("arch")
+
+
+def model_difference(here: tuple[str | None, str | None], there: tuple[str | None, str | None]) -> str | None:
+    """`model /m/a (Qwen2ForCausalLM), the reference's /m/b (DeepseekV3ForCausalLM)`, or None when the same."""
+    if here == there:
+        return None
+    return (f"this spec's model is {here[0]} ({here[1]}), the reference run's is {there[0]} ({there[1]}): a "
+            "reference must be an align run of the same model")
+
+
+def fixed_reference(store: Store, reference: str, model: tuple[str | None, str | None]) -> str:
+    """`run:latest`, `run:J17`, `run:4711` -> `run:<run id>`, resolved once (at submit): the stored spec names a fixed
+    run, never a moving alias. Refused: an unknown run, not an align run, no capture, another model."""
+    row = _reference_row(store, reference)
+    difference = model_difference(model, model_of(json.loads(store.spec_json(row.experiment_id))))
+    if difference:
+        raise AlignReferenceUnavailable(f"align.reference {reference} (run {row.id}, {row.data.get('label')}): "
+                                        f"{difference}")
+    return f"run:{row.id}"
+
+
+def _stored_reference(store: Store, row: RunRow, snapshot: dict[str, Any], reference: str) -> Path:
+    """The capture directory of the reference a judged run's stored spec names, checked again: the run id fixed at
+    submit (a spec stored before that, naming a label, is taken only for a run older than this one; `latest`
+    never), never the run itself or a later run, and a run of the same model."""
+    matched = REFERENCE_ID.fullmatch(reference)
+    if matched is None and reference == "run:latest":
+        raise AlignReferenceUnavailable(f"align.reference {reference} was stored unresolved (a dsv4ctl before "
+                                        "issue 29): `latest` moves, so nothing is compared; resubmit the spec")
+    ref_row = _reference_row(store, f"run:{matched.group(1)}" if matched else reference)
+    if ref_row.id >= row.id:
+        raise AlignReferenceUnavailable(
+            f"align.reference {reference} is run {ref_row.id}, " + ("the run itself" if ref_row.id == row.id else
+                                                                    "a run recorded after this one")
+            + ": a run is never compared with its own capture or a later one")
+    difference = model_difference(model_of(snapshot), model_of(json.loads(store.spec_json(ref_row.experiment_id))))
+    if difference:
+        raise AlignReferenceUnavailable(f"align.reference {reference} (run {ref_row.id}): {difference}")
+    return capture_dir(ref_row)  # type: ignore[return-value]
+
+
+def alignment_in(capture: Path | None, align: dict[str, Any]) -> dict[str, Any]:
+    """The alignment of a capture directory judged without its database (an ingested run, `verdict --log`): against
+    the `hf` capture beside it; a stored run named as the reference is of the database the job was submitted to,
+    so nothing is compared (never passed)."""
+    from .align_compare import compare_dirs, not_compared
+
+    if capture is None:
+        result = not_compared("the run has no log path, so no capture directory")
+    elif align["reference"] == "hf":
+        result = compare_dirs(capture, "engine", capture, "reference", align)
+    else:
+        result = not_compared(f"the log names the reference {align['reference']}, a run of the database it was "
+                              "submitted to: a log judged on its own is compared only with a capture beside it")
+    return {**result, "reference": align["reference"], "tolerances": align["tolerances"]}
 
 
 def alignment_for(store: Store, run_id: int) -> dict[str, Any] | None:
@@ -70,18 +143,14 @@ def alignment_for(store: Store, run_id: int) -> dict[str, Any] | None:
         return None
     align = snapshot["align"]
     here = capture_dir(row)
+    if here is None or align["reference"] == "hf" or row.data.get("ingested"):
+        return alignment_in(here, align)
     try:
-        if here is None:
-            result = not_compared("the run has no log path, so no capture directory")
-        elif align["reference"] == "hf":
-            result = compare_dirs(here, "engine", here, "reference", align)
-        else:
-            result = compare_dirs(here, "engine", reference_dir(store, align["reference"]), "engine", align)
+        result = compare_dirs(here, "engine", _stored_reference(store, row, snapshot, align["reference"]), "engine",
+                              align)
     except AlignReferenceUnavailable as exc:
         result = not_compared(str(exc))
-    result["reference"] = align["reference"]
-    result["tolerances"] = align["tolerances"]
-    return result
+    return {**result, "reference": align["reference"], "tolerances": align["tolerances"]}
 
 
 def describe(result: dict[str, Any]) -> str:
@@ -128,10 +197,12 @@ def apply_alignment(verdict: dict[str, Any], result: dict[str, Any] | None, log:
     verdict["passed"] = False
     verdict["reasons"] = [*(verdict.get("reasons") or []), f"alignment: {message}"]
     if verdict.get("status") in ("coherent", "degenerate") and not verdict.get("first_blocker"):
-        verdict["status"] = "degenerate"
+        compared = result.get("compared", True)
+        verdict["status"] = "degenerate" if compared else "incomplete"
         line = _line_of(log, verdict, (result.get("first") or {}).get("name"))
-        verdict["first_blocker"] = {"line": line, "kind": BLOCKER_KIND, "message": message, "exc_type": None,
-                                    "process": None, "family": None, "evidence": [], "wrapper": False}
+        verdict["first_blocker"] = {"line": line, "kind": BLOCKER_KIND if compared else NOT_COMPARED_KIND,
+                                    "message": message, "exc_type": None, "process": None, "family": None,
+                                    "evidence": [], "wrapper": False}
     return verdict
 
 
@@ -169,22 +240,27 @@ def record_alignment(store: Store, run_id: int, result: dict[str, Any]) -> None:
         store.db["align_rungs"].insert_all(rows, pk=("run_id", "position"))
 
 
-def judged(store: Store, run_id: int, verdict: Verdict) -> tuple[Verdict, dict[str, Any] | None]:
-    """For watch.judge_run: the verdict with the run's alignment folded in (what `verdict`, `show` and the store all
-    see), and the alignment to record (None when the run is not an align run)."""
+def fold(verdict: Verdict, result: dict[str, Any] | None, log: str | None) -> Verdict:
+    """The verdict with an alignment that is not `aligned` folded in (apply_alignment on the Verdict object)."""
     from dataclasses import replace
 
     from .judge.rules import Blocker
 
-    row = store.find_run(str(run_id))
-    result = alignment_for(store, run_id)
     if result is None or result.get("aligned"):
-        return verdict, result
+        return verdict
     # Even when the probe already said DIVERGED (not passed), the reason and the rung as first blocker are added.
-    folded = apply_alignment(verdict.to_json(), result, row.data.get("log_path"))
+    folded = apply_alignment(verdict.to_json(), result, log)
     blocker = folded.get("first_blocker")
     return replace(verdict, status=folded["status"], passed=folded["passed"], reasons=folded["reasons"],
-                   first_blocker=Blocker(**blocker) if blocker else None), result
+                   first_blocker=Blocker(**blocker) if blocker else None)
+
+
+def judged(store: Store, run_id: int, verdict: Verdict) -> tuple[Verdict, dict[str, Any] | None]:
+    """For watch.judge_run: the verdict with the run's alignment folded in (what `verdict`, `show` and the store all
+    see), and the alignment to record (None when the run is not an align run)."""
+    row = store.find_run(str(run_id))
+    result = alignment_for(store, run_id)
+    return fold(verdict, result, row.data.get("log_path")), result
 
 
 def stored_alignment(store: Store, run_id: int) -> dict[str, Any] | None:
@@ -194,8 +270,15 @@ def stored_alignment(store: Store, run_id: int) -> dict[str, Any] | None:
 
 
 def check_references(store: Store, planned: list[PlannedRun]) -> None:
-    """Refuse a submission (nothing recorded yet) whose `reference: run:ID` cannot be compared with."""
+    """Fix every planned run's `reference: run:...` to the run id it names now (issue 29: `run:latest` resolved
+    again when judging was the run itself), refusing the submission (nothing recorded yet) when it cannot be
+    compared with: unknown, not an align run, no capture, another model."""
+    fixed: dict[tuple[str, Any], str] = {}
     for run in planned:
         align = run.spec.align
         if run.spec.mode == "align" and align is not None and align.reference.startswith("run:"):
-            reference_dir(store, align.reference)
+            model = (run.spec.model.path, run.spec.model.arch)
+            key = (align.reference, model)
+            if key not in fixed:
+                fixed[key] = fixed_reference(store, align.reference, model)
+            run.spec = run.spec.model_copy(update={"align": align.model_copy(update={"reference": fixed[key]})})

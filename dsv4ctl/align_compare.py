@@ -137,7 +137,8 @@ def compare_dirs(engine_dir: Path, engine_side: str, reference_dir: Path, refere
 
 
 def not_compared(message: str) -> dict[str, Any]:
-    return {"aligned": False, "verdict": f"not compared: {message}", "first": None, "rungs": [], "metrics": {}}
+    return {"aligned": False, "compared": False, "verdict": f"not compared: {message}", "first": None, "rungs": [],
+            "metrics": {}}
 
 
 def compare_captures(engine: Capture, reference: Capture, align: dict[str, Any]) -> dict[str, Any]:

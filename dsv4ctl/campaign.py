@@ -157,6 +157,9 @@ def submit(store: Store, spec_paths: list[Path], backend: str | None = None, *, 
     if campaign == LATEST:
         raise UsageError(f"{LATEST!r} names the newest campaign; pick another --campaign name")
     runs = planned if planned is not None else plan(spec_paths, repeats)
+    from .align import check_references
+
+    check_references(store, runs)  # align.reference: run:latest -> run:<id>, fixed before anything is recorded
     name = campaign or _campaign_name(runs)
     root = campaign_dir(runs_root, name)  # a read-only runs directory stops here, before anything is recorded
     campaign_id, groups = record_plan(store, name, backend, command, runs, root, array=array, pairs=pairs)

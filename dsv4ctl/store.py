@@ -186,9 +186,18 @@ def m008_bisect(db: sqlite_utils.Database) -> None:
                                   foreign_keys=[("bisection_id", "bisections", "id")])
 
 
+def m009_ingest(db: sqlite_utils.Database) -> None:
+    # Issue 29: an ingested log is copied into the runs directory (run_dir/log_path point at the copy, source_path
+    # is where it came from, sacct_path the copied sacct text) and known by its content's SHA-256: the same log
+    # ingested twice is refused (or, with --again, said to be a copy of that run).
+    for column in ("content_sha256", "source_path", "sacct_path"):
+        db["runs"].add_column(column, str)
+    db["runs"].create_index(["content_sha256"])
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (m001_initial, m002_campaign_plan,
                                                                     m003_judge_error, m004_labels, m005_versions,
-                                                                    m006_perf, m007_align, m008_bisect)
+                                                                    m006_perf, m007_align, m008_bisect, m009_ingest)
 
 
 def _recorded_migrations(db: sqlite_utils.Database) -> set[str]:
@@ -484,6 +493,10 @@ class Store:
         if not rows:
             raise RunNotFound(f"no run with id, label, job id or token {ref!r} (see `dsv4ctl runs`)")
         return rows[-1]
+
+    def runs_with_content(self, sha256: str) -> list[RunRow]:
+        """The ingested runs whose log had this content (SHA-256 of its bytes), oldest first."""
+        return self._select("runs.content_sha256 = ?", [sha256])
 
     # -- verdicts and metrics --
 

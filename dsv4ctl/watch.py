@@ -9,9 +9,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from .campaign import reconcile
-from .errors import Dsv4Error
+from .errors import Dsv4Error, LogError
 from .judge.scan import parse_file
 from .judge.sacct import SchedulerSummary
 from .judge.states import FINAL, PAUSED, normalise
@@ -47,21 +48,41 @@ def summary_of(status: JobStatus) -> SchedulerSummary:
 
 def judge_run(store: Store, row: RunRow, status: JobStatus | None) -> Verdict:
     """Judge a run from its raw log and scheduler record, and store the verdict and its metrics."""
-    snapshot = json.loads(store.spec_json(row.experiment_id))
-    log = Path(row.log_path) if row.log_path else None
+    return judge_stored(store, row, summary_of(status) if status else None)
+
+
+def stored_mode(snapshot: dict[str, Any]) -> str:
+    """A stored run's mode: its spec's, or for an ingested run the one its log's markers (or --mode) gave."""
+    return snapshot.get("mode") or "offline"
+
+
+def judge_stored(store: Store, row: RunRow, scheduler: SchedulerSummary | None) -> Verdict:
+    """The one judgement of a stored run (issue 29), submitted or ingested: the mode's judge (modes.judge_facts),
+    an align run compared from its capture, the verdict stored. An ingested run is judged as it was at ingest: the
+    default options, its copied log and the serve files or capture copied beside it."""
+    from .align import judged
     from .judge.scan import LogFacts
+    from .modes import judge_facts
 
-    facts = parse_file(str(log)) if log and log.exists() else LogFacts()
-    if snapshot.get("mode") == "serve":  # the serve files beside raw.log are judged too (issue 14)
-        from .judge.serve_files import judge_serve_run
-
-        verdict = judge_serve_run(facts, summary_of(status) if status else None, snapshot, Path(row.run_dir))
+    snapshot = json.loads(store.spec_json(row.experiment_id))
+    mode = stored_mode(snapshot)
+    log = Path(row.log_path) if row.log_path else None
+    if row.ingested:
+        options, spec = VerdictOptions(), None
+        if log is None or not log.is_file():
+            raise LogError(f"cannot read log {row.log_path}: the ingested copy is gone")
     else:
-        verdict = judge(facts, summary_of(status) if status else None, options_for_spec(snapshot))
+        options, spec = options_for_spec(snapshot), snapshot
+    try:
+        if log is None or not log.exists():
+            facts = LogFacts()  # the job never wrote its log: judged as such
+        else:
+            facts = parse_file(str(log), options) if row.ingested else parse_file(str(log))
+    except OSError as exc:
+        raise LogError(f"cannot read log {log}: {exc}") from None
+    verdict = judge_facts(facts, scheduler, mode, spec, Path(row.run_dir), options)
     alignment = None
-    if snapshot.get("mode") == "align":  # compared again from its capture files, whatever the log says (issue 15)
-        from .align import judged
-
+    if mode == "align":  # compared again from its capture files, whatever the log says (issue 15)
         verdict, alignment = judged(store, row.id, verdict)
     store.save_verdict(row.id, verdict.to_json(), read_versions(log), alignment)
     return verdict
@@ -279,17 +300,7 @@ def rejudge(ref: str, db: str | None = None) -> tuple[Verdict, Path]:
         status = statuses.get(row.job_id)
     if status is None or not status.is_final:
         status = stored_status(store, row) or status
-    if row.ingested:  # no spec: the default verdict options, as when it was ingested
-        from .errors import LogError
-
-        try:
-            facts = parse_file(row.log_path, VerdictOptions())
-        except OSError as exc:
-            raise LogError(f"cannot read log {row.log_path}: {exc}") from None
-        verdict = judge(facts, summary_of(status) if status else None, VerdictOptions())
-        store.save_verdict(row.id, verdict.to_json(), read_versions(row.log_path))
-        return verdict, Path(row.log_path)
-    return judge_run(store, row, status), Path(row.log_path)
+    return judge_stored(store, row, summary_of(status) if status else None), Path(row.log_path)
 
 
 def follow_log(store: Store, row: RunRow, *, follow: bool, write, note, timeout_s: float | None = None,

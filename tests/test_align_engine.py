@@ -111,14 +111,15 @@ def test_a_stored_run_is_the_reference_of_another(align_campaign):
     watch(store, interval_s=2, max_interval_s=5, timeout_s=300)
     run_id = outcome.run_ids[0]
     result = stored_alignment(store, run_id)
-    assert result["reference"] == f"run:{label}" and result["verdict"] == "aligned"
+    reference_id = align_campaign["runs"]["aligned"].id  # fixed at submit (issue 29 S1): the run id, not the label
+    assert result["reference"] == f"run:{reference_id}" and result["verdict"] == "aligned"
     assert store.verdict(run_id)["passed"]
     from dsv4ctl.align import reference_dir
 
     with pytest.raises(AlignReferenceUnavailable, match="no run 'J999'"):
         reference_dir(store, "run:J999")
     snapshot = json.loads(store.spec_json(store.find_run(str(run_id)).experiment_id))
-    assert snapshot["align"]["reference"] == f"run:{label}"
+    assert snapshot["align"]["reference"] == f"run:{reference_id}"
 
 
 def test_the_report_shows_each_align_run_with_its_plot(align_campaign):

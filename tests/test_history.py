@@ -153,7 +153,9 @@ def test_history_cli_on_extreme_values_prints_a_table_and_strict_json(cli, tmp_p
     for i, value in enumerate(["1e308"] * 4 + ["1e-308"] * 4 + ["0"] * 4):
         log = tmp_path / f"x{i}.log"
         log.write_text(text.replace('"gen_s": 21.7', f'"gen_s": {value}'), encoding="utf-8")
-        done = cli("ingest", "--log", log, "--experiment", "extreme", "--git-sha", f"{i // 4:012d}aaaa", "--db", db)
+        # four logs of one content per commit: --again since issue 29 S11 refuses the same log twice
+        done = cli("ingest", "--log", log, "--experiment", "extreme", "--git-sha", f"{i // 4:012d}aaaa", "--db", db,
+                   "--again")
         assert done.exit_code == 0, done.output
     shown = cli("history", "extreme", "--db", db)
     assert shown.exit_code == 0 and "1e+308" in shown.output and "█" in shown.output, shown.output

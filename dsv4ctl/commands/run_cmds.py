@@ -315,7 +315,8 @@ def resume(campaign: Annotated[str, typer.Argument(callback=check_campaign, help
     raise typer.Exit(1 if outcome.failed else 0)
 
 
-def ingest(log: Annotated[Path, typer.Option("--log", help="Raw log of an earlier run.", exists=True,
+def ingest(log: Annotated[Path, typer.Option("--log", help="Raw log of an earlier run (a regular file: it is "
+                                                               "copied into the runs directory).", exists=True,
                                              dir_okay=False)],
            experiment: Annotated[str, typer.Option(help="Experiment name to file it under.")],
            sacct: Annotated[Optional[Path], typer.Option(help="Its sacct --parsable2 text.", exists=True,
@@ -328,20 +329,38 @@ def ingest(log: Annotated[Path, typer.Option("--log", help="Raw log of an earlie
                                           "J<run id>].")] = None,
            git_sha: Annotated[Optional[str], typer.Option(
                help="The commit it ran (for `dsv4ctl history`).")] = None,
+           mode: Annotated[Optional[str], typer.Option(
+               help="offline, serve or align [default: what the log's own markers say].")] = None,
+           again: Annotated[bool, typer.Option(
+               "--again", help="Record a log whose content is stored already (it then counts twice in compare, "
+                               "history and references).")] = False,
+           force: Annotated[bool, typer.Option(
+               "--force", help="Ingest a file that looks binary or has no job-log line.")] = False,
+           runs_dir: Annotated[Optional[Path], typer.Option(
+               help="Where the copy goes, under ingested/ [env: DSV4CTL_RUNS_DIR; else dsv4ctl.toml's, else the "
+                    "runs folder beside the database].", show_default=False)] = None,
            db: DbOpt = None, json: JsonOpt = False) -> None:
-    """Import the log of an earlier run (judged and stored like a submitted one)."""
-    from ..ingest import ingest_log
+    """Import the log of an earlier run: copied into the runs directory, judged by its mode and stored like a
+    submitted one. The same log twice is refused (exit 2) unless --again."""
+    from ..ingest import ingest_log, ingest_root
 
     store = open_store(db)
-    run_id, verdict = ingest_log(store, log, experiment, sacct, switch or [], tag or [], label, git_sha)
+    done = ingest_log(store, log, experiment, sacct, switch or [], tag or [], label, git_sha,
+                      runs_root=ingest_root(runs_dir, store.path), mode=mode, again=again, force=force)
+    run_id, verdict = done.run_id, done.verdict
     row = store.find_run(str(run_id))
+    if done.copy_of is not None:
+        copy = store.find_run(str(done.copy_of))
+        output.warn(f"run {run_id} is a second copy of run {copy.id} ({copy.label}): the same log now counts twice "
+                    "in compare, history and reference medians (--again)")
     if json:
         output.emit_json(_run_json(store, row))
     else:
         perf = _run_json(store, row)["perf"]
         output.text(f"run {run_id} ({row.label}): {verdict.status}{' (passed)' if verdict.passed else ''}"
                     f"{' FALSE GREEN' if verdict.false_green else ''}"
-                    f"{' OUTSIDE ITS PERFORMANCE REFERENCE' if perf and not perf['within'] else ''}")
+                    f"{' OUTSIDE ITS PERFORMANCE REFERENCE' if perf and not perf['within'] else ''}"
+                    + (f" [{done.mode}]" if done.mode != "offline" else ""))
         output.text(f"next: dsv4ctl verdict {row.label}")
 
 

@@ -34,6 +34,8 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
                                                                help="Whether the run ignored EOS.")] = None,
             requests: Annotated[Optional[int], typer.Option(help="Requests expected in the log.",
                                                             callback=at_least(1))] = None,
+            mode: Annotated[Optional[str], typer.Option(
+                help="With --log: offline, serve or align [default: what the log's own markers say].")] = None,
             db: DbOpt = None,
             exit_codes: Annotated[str, typer.Option(
                 "--exit-codes", callback=check_exit_codes,
@@ -50,7 +52,7 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
     if exit_codes == "git-bisect":
         raise typer.Exit(_git_bisect_code(job, log, sacct, db, dict(
             job_id=job_id, bos_id=bos_id, max_repeat_run=max_repeat_run, max_tokens=max_tokens,
-            ignore_eos=ignore_eos, requests=requests)))
+            ignore_eos=ignore_eos, requests=requests, mode=mode)))
     perf = None
     if job is not None:
         from ..perf import stored_check
@@ -61,10 +63,8 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
         store = open_store(db, announce=False, must_exist=True)
         perf = stored_check(store, store.find_run(job).id)
     else:
-        from ..judge.files import judge_files
-
-        result = judge_files(log, sacct, job_id=job_id, bos_id=bos_id, max_repeat_run=max_repeat_run,
-                             max_tokens=max_tokens, ignore_eos=ignore_eos, requests=requests)
+        result = _judge_log(log, sacct, mode, job_id=job_id, bos_id=bos_id, max_repeat_run=max_repeat_run,
+                            max_tokens=max_tokens, ignore_eos=ignore_eos, requests=requests)
     if json:
         output.emit_json({**result.to_json(), "perf": perf} if job is not None else result.to_json())
     else:
@@ -78,6 +78,17 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
 
         raise typer.Exit(EXIT_OUTSIDE_REFERENCE)
     raise typer.Exit(0 if result.passed else 1)
+
+
+def _judge_log(log: Path, sacct: Path | None, mode: str | None, *, job_id: str | None, bos_id: int,
+               max_repeat_run: int, max_tokens: int | None, ignore_eos: bool | None, requests: int | None):
+    """A log on disk judged by its mode (modes.judge_log), as `ingest` and `verdict RUN` judge it (issue 29)."""
+    from ..judge.rules import VerdictOptions
+    from ..modes import judge_log
+
+    options = VerdictOptions(bos_id=bos_id, max_repeat_run=max_repeat_run, expected_tokens=max_tokens,
+                             ignore_eos=ignore_eos, expected_requests=requests)
+    return judge_log(log, sacct, job_id=job_id, mode=mode, options=options).verdict
 
 
 def check_exit_codes(value: str) -> str:
@@ -99,9 +110,7 @@ def _git_bisect_code(job: str | None, log: Path | None, sacct: Path | None, db: 
 
             result, log = rejudge(job, db)
         else:
-            from ..judge.files import judge_files
-
-            result = judge_files(log, sacct, **options)
+            result = _judge_log(log, sacct, options.pop("mode", None), **options)
     except (Dsv4Error, OSError) as exc:
         output.warn(f"could not be tested: {exc}")
         return GIT_BISECT_EXIT["untestable"]
