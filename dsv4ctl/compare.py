@@ -337,6 +337,7 @@ def compare_sides(store: Store, base: Side, cand: Side, metric: str | list[str] 
             warnings.append(f"the {label} mixes {len(side.experiments)} experiments "
                             f"({', '.join(g['experiment'] for g in side.experiments)}): their samples are pooled; "
                             "each one's median is listed")
+    warnings += one_log_warnings(store, base, cand)
     settings = Settings(alpha, factor, stats.min_samples(alpha), stats.ci_min_samples(CONFIDENCE))
     results = [_compare_metric(base, cand, m, ways[m], settings, blocked=bool(reasons)) for m in metrics]
     decision = min((r.decision for r in results), key=SEVERITY.index)
@@ -406,6 +407,34 @@ def _ratio_ci(base: tuple[float, float] | None, cand: tuple[float, float] | None
     if not base or not cand or base[0] <= 0:
         return None
     return (cand[0] / base[1], cand[1] / base[0])
+
+
+def one_log_warnings(store: Store, base: Side, cand: Side) -> list[str]:
+    """Runs that are one log ingested more than once (`ingest --again`, the same content hash): their samples are
+    copies, not repeats, so the test's p-value and interval overstate what was measured (issue 29 S11)."""
+    ids = [r.id for side in (base, cand) for r in side.runs]
+    by_hash: dict[str, list[int]] = {}
+    for start in range(0, len(ids), 900):
+        chunk = ids[start:start + 900]
+        for run_id, sha in store.db.execute(f"SELECT id, content_sha256 FROM runs WHERE id IN "
+                                            f"({','.join('?' * len(chunk))}) AND content_sha256 IS NOT NULL", chunk):
+            by_hash.setdefault(sha, []).append(run_id)
+    out = []
+    for label, side in (("baseline", base), ("candidate", cand)):
+        mine = {r.id for r in side.runs}
+        copies = [sorted(set(runs) & mine) for runs in by_hash.values() if len(set(runs) & mine) > 1]
+        if copies:
+            distinct = len(mine) - sum(len(c) - 1 for c in copies)
+            shown = "; ".join(", ".join(map(str, c[:6])) + (" ..." if len(c) > 6 else "") for c in copies[:4])
+            out.append(f"the {label}'s {len(mine)} runs are {distinct} distinct log(s): runs {shown} are one log "
+                       "ingested again (--again); their samples are copies, not repeats, and the statistics "
+                       "overstate what was measured")
+    shared = [runs for runs in by_hash.values()
+              if set(runs) & {r.id for r in base.runs} and set(runs) & {r.id for r in cand.runs}]
+    if shared:
+        out.append(f"runs {', '.join(map(str, sorted(shared[0])[:6]))} are one log on both sides: the sides share "
+                   "samples")
+    return out
 
 
 def _factor_warnings(diffs: list[dict[str, Any]], expect: list[str] | None) -> list[str]:
