@@ -6,7 +6,8 @@ Tolerance held, per query (derived, not fitted):
 - cosine(out, ref) >= 0.99999 over the query's heads, where the scores are determined to ds <= 1e-3 (below);
 - |out - ref| <= (2^-8 + 2 ds) * max|v| (+ 2^-9 |ref| when out is bf16), where max|v| is the largest latent value the
   query attends and ds = 2 * 512 * 2^-24 * max_k scale * sum_i |q_i k_i| bounds the fp32 error of a score on either
-  side (beyond ds ~ 1e-3 fp32 attention itself no longer pins the softmax, so only this bound applies). Why: the decoded latent equals the reference's exactly, so the kernel's only rounding beyond fp32 is the softmax
+  side (beyond ds ~ 1e-3 fp32 attention itself no longer pins the softmax, so only this bound applies). Why: the
+  decoded latent equals the reference's exactly, so the kernel's only rounding beyond fp32 is the softmax
   weights' bf16 rounding before the second product (relative 2^-9 per weight, at most 2^-9 max|v| in the output:
   held at twice that), and a score error ds moves each weight by a factor e^ds;
 - |lse - ref| <= ds + 1e-6 |ref| (lse is 1-Lipschitz in the scores);
@@ -92,7 +93,6 @@ def cases() -> list[tuple[str, dict, dict]]:
     for splits in (1, 2, 7, 64):
         out.append(_case(f"splits-{splits}", seed=11, num_splits=splits))
     out.append(_case("block-n-16", seed=12, block_n=16))
-    out.append(_case("block-n-64", seed=12, block_n=64))
     name, args, fused = _case("unused-slots-nan-inf", seed=13, fill=0xFF)
     idx = args["indices"].clone()
     idx[:, ::5] = -1
@@ -232,11 +232,16 @@ def run_cases(device: str = "cpu") -> dict:
 
 def run_gather_cases(device: str = "cpu") -> dict:
     """The two-step path (Triton gather + torch bf16 attention) against the oracle: cosine only (its scores are
-    rounded to bf16, so the kernel's bound does not apply)."""
+    rounded to bf16, so the kernel's bound does not apply). Small rows: the gather kernel is slow in the interpreter."""
+    small = dict(batch=2, window=32, topk=48)
+    chosen = [_case("random", **small, seed=60), _case("odd-block-strides", **small, seed=61, main_stride=37440 + 13),
+              _case("padding-all-0xff", **small, seed=62, fill=0xFF)]
+    name, args, _ = _case("invalid-slots", **small, seed=63, fill=0xFF)
+    args["indices"][:, ::3] = -1
+    args["indices"][1] = -1
+    chosen.append((name, args, {}))
     results = {}
-    for name, args, _ in cases():
-        if name not in ("random", "odd-block-strides", "unused-slots-nan-inf", "ragged-and-lengths"):
-            continue
+    for name, args, _ in chosen:
         args = _to(args, device)
         got, _ = sparse_reference.gather_sparse_decode(**args, out=torch.empty(args["q"].shape, device=device))
         ref, _ = sparse_reference.reference_sparse_decode(**args, out=torch.empty(args["q"].shape, device=device))
@@ -424,7 +429,7 @@ def test_fused_kernel_at_the_model_shape_on_the_gpu(batch, heads):
     assert result["failures"] == [], result
 
 
-# ---- the engine switch (DSV4_SPARSE_KERNEL) ---------------------------------------------------------------------------
+# ---- the engine switch (DSV4_SPARSE_KERNEL) ------------------------------------------------------------------
 
 VLLM_OPS = "vllm/v1/attention/ops/rocm_aiter_mla_sparse.py"
 VLLM_CALLER = "vllm/models/deepseek_v4/amd/rocm.py"
@@ -490,7 +495,8 @@ output = torch.full((3, 8, 512), float("nan"), dtype=torch.bfloat16)
 values = dict(q=a["q"], positions=None, kv_cache=a["extra_cache"], swa_k_cache=a["cache"], swa_only=False,
               topk_indices=None, topk_lens=None, swa_indices=a["indices"], swa_lens=lens,
               swa_ragged_indices=None, swa_ragged_indptr=None, topk_ragged_indices=torch.cat(rows),
-              topk_ragged_indptr=indptr, attn_sink=torch.cat([a["attn_sink"], torch.zeros(56)]), scale=a["softmax_scale"],
+              topk_ragged_indptr=indptr, attn_sink=torch.cat([a["attn_sink"], torch.zeros(56)]),
+              scale=a["softmax_scale"],
               head_dim=512, nope_head_dim=448, rope_head_dim=64, output=output, adaptive_splits=False,
               inv_rope_positions=None, inv_rope_cos_sin_cache=None, extra_cache_nan_free=False)
 missing = [k for k in keywords if k not in values]
@@ -515,7 +521,7 @@ def _engine_call(tmp_path, choice: str, mode: str = "plain") -> tuple[dict | Non
     return (json.loads(line[7:]) if line else None), done.stderr
 
 
-@pytest.mark.parametrize("choice", ["fused", "gather", "reference"])
+@pytest.mark.parametrize("choice", ["fused", "reference"])  # gather: the fall-back test below
 def test_the_switch_routes_vllms_rocm_decode_to_the_runtime(tmp_path, choice):
     result, stderr = _engine_call(tmp_path, choice)
     assert result is not None, stderr[-3000:]

@@ -33,6 +33,7 @@ from .kvcache_triton import _pow2
 LATENT = NOPE_DIM + ROPE_DIM  # 512
 LOG2E = 1.4426950408889634
 MAX_HEADS_PER_PROGRAM = 64
+LAUNCHED: dict = {}  # the last compiled partial kernel (benchmarks read its registers, spills and shared memory)
 INT32_MAX = 2**31 - 1
 
 
@@ -306,6 +307,8 @@ def sparse_mla_decode(q: torch.Tensor, cache: torch.Tensor, indices: torch.Tenso
         raise ValueError(f"q must be [B, H, {LATENT}] with unit last stride, got {tuple(q.shape)}")
     if block_size is not None and block_size != cache.shape[1]:
         raise ValueError(f"block_size {block_size} disagrees with the cache view's {cache.shape[1]} tokens a block")
+    if block_n not in (16, 32):  # 16 is tl.dot's least; at 64 the tile needs more shared memory than an H200 has
+        raise ValueError(f"block_n must be 16 or 32 (got {block_n})")
     batch, heads, _ = q.shape
     main = _Segment(cache, indices, lengths, indptr, batch, fnuz, "cache")
     if extra_cache is None:
@@ -337,7 +340,8 @@ def sparse_mla_decode(q: torch.Tensor, cache: torch.Tensor, indices: torch.Tenso
         part_ml = torch.empty((batch, num_splits, heads, 2), dtype=torch.float32, device=q.device)
         part_acc = torch.empty((batch, num_splits, heads, LATENT), dtype=torch.float32, device=q.device)
     grid = (batch, num_splits, head_blocks)
-    _partial_kernel[grid](q, q.stride(0), q.stride(1), *main.args, *extra.args, part_ml, part_acc, sink, out,
+    LAUNCHED["partial"] = _partial_kernel[grid](
+                          q, q.stride(0), q.stride(1), *main.args, *extra.args, part_ml, part_acc, sink, out,
                           out.stride(0), out.stride(1), lse, lse.stride(0), heads, num_splits,
                           softmax_scale * LOG2E, MAIN_BLOCK=main.block, EXTRA_BLOCK=extra.block,
                           MAIN_FNUZ=main.fnuz, EXTRA_FNUZ=extra.fnuz, MAIN_ROPE16=main.rope16,
