@@ -141,7 +141,7 @@ def check(w: dict, x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor, config
 
 
 def run_shape(name: str, tokens_list: list[int], copy_gbs: float, base: dict | None, sweep: bool, iters: int,
-              budget_s: float) -> tuple[list, dict]:
+              budget_s: float, tries: list[dict]) -> tuple[list, dict]:
     experts, hidden, inter = SHAPES[name]
     gen = torch.Generator(device="cuda").manual_seed(0)
     w = make_weights(experts, hidden, inter, gen)
@@ -169,6 +169,7 @@ def run_shape(name: str, tokens_list: list[int], copy_gbs: float, base: dict | N
         if sweep:
             candidates += [{**start, "BN1": bn, "BN2": bn} for bn in (32, 64, 128) if bn != start["BN1"]]
             candidates += [{**start, "BM": bm} for bm in (16, 32, 64) if bm != start["BM"]]
+            candidates += [{**start, **extra} for extra in tries]
         best_us, best_cfg, _ = fastest(w, xs, routings, candidates, iters, budget_s, print)
         x0, (ids0, wts0) = xs[0], routings[0]
         eager_us = events_ms(lambda: mxfp4_moe(x0, w["w13"], w["s13"], w["w2"], w["s2"], ids0, wts0,
@@ -215,6 +216,7 @@ def main() -> int:
     parser.add_argument("--sweep-budget-s", type=float, default=60.0, help="seconds of sweeping per T at most")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--base", help="a JSON config to start from (skips the T = 8 variant search)")
+    parser.add_argument("--tries", default="[]", help="JSON list of config overrides also swept at every T")
     parser.add_argument("--json", help="write every row here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -227,7 +229,7 @@ def main() -> int:
     rows, notes, base = [], {}, json.loads(args.base) if args.base else None
     for shape in args.shapes.split(","):
         more, notes[shape] = run_shape(shape, tokens, copy_gbs, base, shape in args.sweep.split(","), args.iters,
-                                       args.sweep_budget_s)
+                                       args.sweep_budget_s, json.loads(args.tries))
         rows += more
         base = base or notes[shape]["base"]  # the next shape starts from the first one's winner
     if args.json:

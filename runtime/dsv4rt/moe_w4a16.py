@@ -22,12 +22,15 @@ from .moe_w4a16_kernels import (_combine_kernel, _decode_kernel, _expert_gemm_ke
 
 
 def default_config(tokens: int, topk: int, experts: int) -> dict:
-    """Tile sizes and launch settings for one call; `mxfp4_moe(config=...)` overrides any of them.
-    BM follows the picks an expert gets on average, so one block of rows usually holds all of them (each extra
-    block decodes that expert's weights again)."""
+    """Tile sizes and launch settings for one call; `mxfp4_moe(config=...)` overrides any of them. Chosen from the
+    H200 sweep of benchmarks/mxfp4_moe.py (docs/kernels.md). BM follows the picks an expert gets on average, so
+    one block of rows usually holds all of them (each extra block decodes that expert's weights again); with
+    BM 64, Triton 3.6 fails to compile BN >= 32 (TritonGPUOptimizeDotOperands), hence BN 16 there. DECODE 1 (bf16
+    decode) is GPU only: the interpreter always decodes in float32."""
     per_expert = tokens * topk / max(experts, 1)
     bm = 16 if per_expert <= 16 else 32 if per_expert <= 32 else 64
-    return {"BM": bm, "BN1": 64, "BN2": 64, "BK": 128, "JOIN": True, "SWAP": False, "DECODE": 0, "PREFETCH": False,
+    bn = 32 if per_expert <= 2 else 16 if bm == 64 else 64
+    return {"BM": bm, "BN1": bn, "BN2": bn, "BK": 128, "JOIN": True, "SWAP": False, "DECODE": 1, "PREFETCH": False,
             "warps": 4, "stages": 3}
 
 
