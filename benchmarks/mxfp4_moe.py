@@ -12,7 +12,8 @@ matmuls) and dequantize-only-the-routed-experts + bf16, and the kernel's error a
 tests' tolerance. Targets (issue 28), EP8 in GPU time: >= 50% of copy bandwidth for T >= 8, >= 25% at T = 1,
 >= 8x the emulation path at every T.
 
-    python3 benchmarks/mxfp4_moe.py [--shapes ep8,tp8] [--tokens 1,8,32,64,256] [--sweep ep8] [--base JSON] [--json out.json]
+    python3 benchmarks/mxfp4_moe.py [--shapes ep8,tp8] [--tokens 1,8,32,64,256] [--sweep ep8] [--base JSON]
+                                    [--tries JSON] [--json out.json]
 """
 
 from __future__ import annotations
@@ -204,7 +205,8 @@ def table(rows: list, copy_gbs: float) -> str:
             f"{r['emulation_us']:>8.0f} {r['x_emulation']:>6.0f}x {r['routed_dequant_us']:>9.0f} "
             f"{r['x_routed']:>7.0f}x {r['excess']:>6.2f} {r['rel_l2']:>7.4f} "
             f"BM{c['BM']} BN{c['BN1']}/{c['BN2']} BK{c['BK']} {'join' if c['JOIN'] else 'split'}"
-            f"{' swap' if c['SWAP'] else ''}{' pre' if c['PREFETCH'] else ''} dec{c['DECODE']} w{c['warps']} s{c['stages']}")
+            f"{' swap' if c['SWAP'] else ''}{' pre' if c['PREFETCH'] else ''} dec{c['DECODE']} w{c['warps']} "
+            f"s{c['stages']}")
     return "\n".join(lines)
 
 

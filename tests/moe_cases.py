@@ -164,4 +164,5 @@ def check_route(device: str = "cpu") -> bool:
 if __name__ == "__main__":  # python tests/moe_cases.py DEVICE NAME... -> one JSON line
     sys.path.insert(0, sys.argv[1])
     device, names = sys.argv[2], sys.argv[3:]
-    print(json.dumps({"decode": check_decode(device), "route": check_route(device), "cases": [check_case(n, device) for n in names]}))
+    cases = [check_case(n, device) for n in names]
+    print(json.dumps({"decode": check_decode(device), "route": check_route(device), "cases": cases}))
