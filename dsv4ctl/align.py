@@ -38,6 +38,15 @@ class AlignReferenceUnavailable(Dsv4Error):
     """`align.reference: run:ID` names a run that is unknown, not an align run, or has no capture."""
 
 
+class AlignLayersOutside(Dsv4Error):
+    """`align.layers` or a `perturb-layer:K` fault names a layer the model's config.json does not have."""
+
+    exit_code = 2
+
+
+MAX_CONFIG_BYTES = 4 << 20
+
+
 def capture_dir(row) -> Path | None:
     """Where a run's job wrote its capture: `align/` beside its raw.log (the run's or array task's directory)."""
     log = row.data.get("log_path")
@@ -269,6 +278,38 @@ def stored_alignment(store: Store, run_id: int) -> dict[str, Any] | None:
     return json.loads(row[0]) if row else None
 
 
+def model_layers(model_path: str) -> int | None:
+    """num_hidden_layers of the model's config.json when this machine can read it (else None: the job checks)."""
+    path = Path(model_path) / "config.json"
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            return None
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    config = config.get("text_config", config) if isinstance(config, dict) else {}
+    n = config.get("num_hidden_layers") if isinstance(config, dict) else None
+    return n if type(n) is int and n > 0 else None
+
+
+def check_layers(spec) -> None:
+    """Refuse at submit `align.layers` and a `perturb-layer:K` fault (environment.env DSV4_FAULT) outside the
+    model, when its config.json is readable here (issue 29 S22/S23); the job checks them again on the node."""
+    n = model_layers(spec.model.path)
+    if n is None:
+        return
+    outside = sorted(i for i in (spec.align.layers if spec.align else None) or [] if i >= n)
+    if outside:
+        raise AlignLayersOutside(f"align.layers {outside}: the model at {spec.model.path} has {n} decoder layers "
+                                 f"(config.json num_hidden_layers): layers 0..{n - 1}")
+    fault = str(spec.environment.env.get("DSV4_FAULT", ""))
+    name, _, rest = fault.partition(":")
+    layer = rest.partition(":")[0]
+    if name == "perturb-layer" and layer.isdigit() and int(layer) >= n:
+        raise AlignLayersOutside(f"environment.env DSV4_FAULT={fault}: the model at {spec.model.path} has {n} "
+                                 f"decoder layers (0..{n - 1}): the fault would perturb nothing")
+
+
 def check_references(store: Store, planned: list[PlannedRun]) -> None:
     """Fix every planned run's `reference: run:...` to the run id it names now (issue 29: `run:latest` resolved
     again when judging was the run itself), refusing the submission (nothing recorded yet) when it cannot be
@@ -276,6 +317,8 @@ def check_references(store: Store, planned: list[PlannedRun]) -> None:
     fixed: dict[tuple[str, Any], str] = {}
     for run in planned:
         align = run.spec.align
+        if run.spec.mode == "align":
+            check_layers(run.spec)
         if run.spec.mode == "align" and align is not None and align.reference.startswith("run:"):
             model = (run.spec.model.path, run.spec.model.arch)
             key = (align.reference, model)

@@ -142,6 +142,19 @@ def not_compared(message: str) -> dict[str, Any]:
 
 
 def compare_captures(engine: Capture, reference: Capture, align: dict[str, Any]) -> dict[str, Any]:
+    """The rungs of two captures; CaptureError when they cannot be compared, naming a model difference (the
+    `model` each capture records) when that is why."""
+    try:
+        return _compare(engine, reference, align)
+    except CaptureError as exc:
+        models = engine.meta.get("model"), reference.meta.get("model")
+        if models[0] != models[1] and all(isinstance(m, str) for m in models):
+            raise CaptureError(f"{exc}: the captures are of different models (engine {models[0][:200]}, "
+                               f"reference {models[1][:200]})") from None
+        raise
+
+
+def _compare(engine: Capture, reference: Capture, align: dict[str, Any]) -> dict[str, Any]:
     from .align_rungs import greedy_rung, layer_rungs, logits_rung, lower_rungs, perplexity_rung
 
     tol = align["tolerances"]

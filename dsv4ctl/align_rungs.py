@@ -47,6 +47,13 @@ def _pair(engine, reference, prompt: int, key: str, positions: list[int]):
     return a, b
 
 
+def _span(layers: list[int]) -> str:
+    """`0..1` for a run of consecutive layers, else the first eight listed."""
+    if layers and layers == list(range(layers[0], layers[0] + len(layers))):
+        return f"{layers[0]}..{layers[-1]}"
+    return str(layers[:8])
+
+
 def difference(pairs: list[tuple[Any, Any]]) -> dict[str, Any]:
     """Worst per-position cosine (None when a value is not finite), max abs and worst relative L2 over prompts."""
     import numpy as np
@@ -75,9 +82,15 @@ def layer_rungs(engine, reference, wanted: list[int] | None, tol: dict[str, Any]
     e_layers, r_layers = engine.meta["layers"], reference.meta["layers"]
     layers = sorted(set(wanted if wanted is not None else e_layers + r_layers))  # a layer on one side only: refused
     missing = [layer for layer in layers if layer not in e_layers or layer not in r_layers]
-    if missing or not layers:
-        raise _error(f"layers {missing or 'none'} are not in both captures (engine {e_layers[:8]}, "
-                     f"reference {r_layers[:8]})")
+    if not layers:
+        raise _error("no layer to compare (align.layers is empty, or the captures hold none)")
+    if missing:
+        nowhere = [layer for layer in missing if layer not in e_layers and layer not in r_layers]
+        if nowhere == missing:
+            raise _error(f"layers {missing[:8]} are not layers of the captured model (both captures hold "
+                         f"{_span(e_layers)})")
+        raise _error(f"layers {missing[:8]} are not in both captures (engine {_span(e_layers)}, reference "
+                     f"{_span(r_layers)})")
     keys = [(f"layer {layer}", "layer", f"layer.{layer}", layer) for layer in layers]
     has_norm = ("p0.norm" in engine.tensors, "p0.norm" in reference.tensors)
     if any(has_norm) and not all(has_norm):

@@ -300,7 +300,8 @@ class AlignSpec(_Strict):
     perplexity_tokens: Int = Field(256, ge=2, le=limits.MAX_MODEL_LEN,
                                    description="Tokens of the file scored (cut to max_model_len - 1).")
     layers: list[Annotated[int, Strict(), Field(ge=0, lt=limits.MAX_ALIGN_LAYERS)]] | None = Field(
-        None, max_length=limits.MAX_ALIGN_LAYERS, description="Decoder layers compared [default: all].")
+        None, min_length=1, max_length=limits.MAX_ALIGN_LAYERS,
+        description="Decoder layers compared [default: all; an empty list compares nothing and is refused].")
     keep_positions: Int = Field(16, ge=1, le=4096, description="Per prompt and layer, the first N and last N "
                                                                "positions of the prefill are kept.")
     rungs: bool = Field(True, description="Also run the cache round trip and the one-token attention rungs.")

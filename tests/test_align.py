@@ -371,3 +371,81 @@ def test_verdict_of_a_stored_diverged_run_names_the_layer_and_fails(cli, tmp_pat
     assert verdict["first_blocker"]["message"].startswith("diverged at layer 1")
     shown = cli("show", "A1", "--db", str(db), "--json")
     assert json.loads(shown.output)["verdict"]["first_blocker"]["kind"] == "align_diverged"
+
+
+# ---- issue 29 S22/S23: layers outside the model, `not compared` as its own outcome, the fault logged -------------
+
+
+def test_an_empty_layer_list_is_refused_where_it_is_written(cli, tmp_path):
+    spec = tmp_path / "a.yaml"
+    spec.write_text("name: a\nmode: align\nplatform: cpu\nmodel: {path: /m}\nrequests: [{prompt: hi}]\n"
+                    "align: {layers: []}\n", encoding="utf-8")
+    done = cli("validate", spec)
+    assert done.exit_code == 1 and f"{spec}:6:9: error: align.layers" in done.output
+
+
+def _model_dir(tmp_path: Path, layers: int = 2) -> Path:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"],
+                                                   "num_hidden_layers": layers}), encoding="utf-8")
+    return model
+
+
+def test_layers_and_a_perturb_fault_outside_the_model_are_refused_at_submit(tmp_path):
+    """S22/S23: `layers: [0, 1, 4000]` validated and failed at judge time; `perturb-layer:99` on a 2-layer model
+    did nothing and the run passed. Refused before anything is recorded when config.json is readable here."""
+    from dsv4ctl.align import AlignLayersOutside, check_layers
+
+    base = dict(BASE, model={"path": str(_model_dir(tmp_path))})
+    with pytest.raises(AlignLayersOutside, match=r"align.layers \[4000\]: the model at .* has 2 decoder layers "
+                                                  r"\(config.json num_hidden_layers\): layers 0..1"):
+        check_layers(ExperimentSpec(**base, mode="align", platform="cpu", align={"layers": [0, 1, 4000]}))
+    faulty = ExperimentSpec(**base, mode="align", platform="cpu",
+                            environment={"env": {"DSV4_TESTING": "1", "DSV4_FAULT": "perturb-layer:99:0.2"}})
+    with pytest.raises(AlignLayersOutside, match="DSV4_FAULT=perturb-layer:99:0.2: .* the fault would perturb "
+                                                 "nothing"):
+        check_layers(faulty)
+    check_layers(ExperimentSpec(**base, mode="align", platform="cpu", align={"layers": [1]},
+                                environment={"env": {"DSV4_FAULT": "perturb-layer:1:0.2"}}))  # in range: fine
+    check_layers(ExperimentSpec(**dict(BASE, model={"path": str(tmp_path / "absent")}), mode="align",
+                                platform="cpu", align={"layers": [4000]}))  # unreadable here: the job checks
+
+
+def test_the_job_refuses_layers_and_a_fault_layer_the_model_does_not_have():
+    from dsv4rt import align as job
+    from dsv4rt.faults import FaultRefused
+
+    with pytest.raises(ValueError, match=r"align.layers \[4000\]: not decoder layers of this model \(it has "
+                                         r"layers 0..1\)"):
+        job.check_layers({"layers": [0, 4000]}, [0, 1], None, None)
+    with pytest.raises(FaultRefused, match="layer 99 is not a decoder layer of this model .* would do nothing"):
+        job.check_layers({"layers": None}, [0, 1], (99, 0.2), "perturb-layer:99:0.2")
+    job.check_layers({"layers": [1]}, [0, 1], (1, 0.2), "perturb-layer:1:0.2")
+
+
+def test_not_compared_is_its_own_outcome_naming_the_layers(tmp_path):
+    """S22: every `not compared` was status degenerate with first blocker align_diverged."""
+    engine, reference = captures()
+    with pytest.raises(Exception) as caught:
+        compare_captures(engine, reference, {**ALIGN, "layers": [0, 1, 4000]})
+    assert "layers [4000] are not layers of the captured model (both captures hold 0..1)" in str(caught.value)
+    result = compare_dirs(CAPTURE, "engine", CAPTURE, "reference", {**ALIGN, "layers": [0, 1, 4000]})
+    assert result["compared"] is False and result["verdict"].startswith("not compared: layers [4000]")
+    verdict = apply_alignment(COHERENT, {**result, "tolerances": ALIGN["tolerances"]}, None)
+    assert verdict["status"] == "incomplete" and not verdict["passed"]
+    assert verdict["first_blocker"]["kind"] == "align_not_compared"
+    diverged = compare_captures(perturb_from(engine, 1), reference, ALIGN)
+    assert apply_alignment(COHERENT, {**diverged, "tolerances": ALIGN["tolerances"]}, None)["status"] == "degenerate"
+
+
+def test_captures_of_another_model_say_so(tmp_path):
+    """S22: a reference of another model read only "shapes (15, 128) and (15, 256)"."""
+    engine, reference = captures()
+    wider = {name: np.concatenate([value, value], axis=1) for name, value in reference.tensors.items()}
+    other = Capture({**reference.meta, "model": "/models/tiny-deepseek"}, wider, "r")
+    result = compare_dirs(CAPTURE, "engine", CAPTURE, "reference", ALIGN)  # the real pair: aligned
+    assert result["aligned"]
+    with pytest.raises(Exception, match=r"shapes .* the captures are of different models \(engine .*tiny-qwen2, "
+                                        r"reference /models/tiny-deepseek\)"):
+        compare_captures(engine, other, ALIGN)

@@ -6,6 +6,7 @@ another (`reference: run:ID`)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -45,9 +46,10 @@ def variant(directory, name: str, body: str):
 def align_campaign(engine, tmp_path_factory):  # noqa: F811
     d = tmp_path_factory.mktemp("align")
     perturbed = variant(d, "align-perturb-0", FAULT.format(fault="perturb-layer:0:0.2"))
-    specs = {"aligned": ALIGN_SPEC, "perturbed": perturbed,
-             "deepseek": variant(d, "align-deepseek", DEEPSEEK.format(root=ROOT)),
-             "deepseek-native-rope": variant(d, "align-deepseek-native-rope", DEEPSEEK.format(root=ROOT) + NATIVE_ROPE)}
+    # The aligned run last: `run:latest` after this campaign is a tiny-Qwen2 align run (issue 29 S1's setting).
+    specs = {"perturbed": perturbed, "deepseek": variant(d, "align-deepseek", DEEPSEEK.format(root=ROOT)),
+             "deepseek-native-rope": variant(d, "align-deepseek-native-rope", DEEPSEEK.format(root=ROOT) + NATIVE_ROPE),
+             "aligned": ALIGN_SPEC}
     store = open_store(d / "r.db")
     outcome = submit(store, list(specs.values()), "local", runs_root=d / "runs", campaign="align")
     watch(store, interval_s=2, max_interval_s=5, timeout_s=900)
@@ -81,6 +83,8 @@ def test_a_perturbed_layer_is_named_exactly(align_campaign):
     # Lines as the log viewer counts them (newlines only: a progress bar's carriage returns stay inside a line).
     line = open(row.log_path, "rb").read().split(b"\n")[verdict["first_blocker"]["line"] - 1]
     assert line.startswith(b"align layer 0: BELOW TOLERANCE")
+    # issue 29 S23: the fault says in raw.log that it was applied (it printed nothing before)
+    assert b"DSV4_FAULT: perturb-layer:0:0.2: applied to decoder layer 0 in " in open(row.log_path, "rb").read()
 
 
 def test_the_engine_rope_bug_names_layer_0_of_the_tiny_deepseek(align_campaign):
@@ -134,3 +138,59 @@ def test_the_report_shows_each_align_run_with_its_plot(align_campaign):
     assert page.count('aria-label="1 - cosine by layer"') == 4
     assert "diverged at layer 0" in render_markdown(data)
     assert data.to_json()["alignments"][0]["rungs"]
+
+
+def test_run_latest_is_fixed_at_submit_and_a_perturbed_run_is_compared_with_it(align_campaign):
+    """Issue 29 S1: `reference: run:latest` was resolved again when the run was judged, when `latest` was the run
+    itself: a perturbed layer 1 came out coherent PASSED, every layer aligned with its own capture."""
+    store, d = align_campaign["store"], align_campaign["dir"]
+    latest = store.find_run("latest")
+    assert json.loads(store.spec_json(latest.experiment_id))["model"]["path"].endswith("tiny-qwen2")
+    spec = variant(d, "align-perturb-latest", 'align:\n  reference: "run:latest"\n'
+                   + FAULT.format(fault="perturb-layer:1:0.2"))
+    outcome = submit(store, [spec], "local", runs_root=d / "runs", campaign="align-latest")
+    watch(store, interval_s=2, max_interval_s=5, timeout_s=300)
+    row = store.find_run(str(outcome.run_ids[0]))
+    assert json.loads(store.spec_json(row.experiment_id))["align"]["reference"] == f"run:{latest.id}"
+    verdict = store.verdict(row.id)
+    assert not verdict["passed"] and verdict["status"] == "degenerate", verdict["reasons"]
+    assert verdict["first_blocker"]["message"].startswith("diverged at layer 1: cosine 0.9")
+    result = stored_alignment(store, row.id)
+    assert result["reference"] == f"run:{latest.id}"
+    ppl = next(r for r in result["rungs"] if r["kind"] == "perplexity")
+    assert ppl["engine"] != ppl["reference"]  # compared with the reference's capture, not its own
+    # judged again once other runs are newer: still run `latest.id`, still diverged
+    from dsv4ctl.watch import rejudge
+
+    again, _ = rejudge(str(row.id), str(store.path))
+    assert not again.passed and again.first_blocker.message.startswith("diverged at layer 1")
+    align_campaign["latest_run"] = row
+
+
+def test_a_reference_of_another_model_is_refused_at_submit(align_campaign):
+    """Issue 29 S3: a Qwen2 run against the tiny DeepSeek's capture got as far as "shapes (15, 128) and (15, 256)"."""
+    store, d = align_campaign["store"], align_campaign["dir"]
+    deepseek = align_campaign["runs"]["deepseek"]
+    spec = variant(d, "align-vs-deepseek", f"align:\n  reference: run:{deepseek.label}\n")
+    before = len(store.runs())
+    with pytest.raises(AlignReferenceUnavailable, match=r"the reference run's is .*tiny-deepseek "
+                                                        r"\(DeepseekV3ForCausalLM\): a reference must be an align "
+                                                        r"run of the same model"):
+        submit(store, [spec], "local", runs_root=d / "runs", campaign="align-vs-deepseek")
+    assert len(store.runs()) == before
+
+
+def test_real_align_logs_ingested_are_judged_as_when_submitted(align_campaign, tmp_path):
+    """Issue 29 S3: the raw.log of an align run ingested came out coherent (passed) whatever its capture said."""
+    from dsv4ctl.ingest import ingest_log
+
+    store = open_store(tmp_path / "ingest.db")
+    submitted = align_campaign["runs"]["perturbed"]
+    done = ingest_log(store, Path(submitted.log_path), "ing-perturbed", None, [], [], runs_root=tmp_path / "runs")
+    stored = align_campaign["store"].verdict(submitted.id)
+    assert done.mode == "align" and done.verdict.status == stored["status"] == "degenerate"
+    assert done.verdict.first_blocker.message == stored["first_blocker"]["message"]
+    latest_run = align_campaign.get("latest_run")
+    if latest_run is not None:  # a log whose reference was a stored run: never passed on its own
+        other = ingest_log(store, Path(latest_run.log_path), "ing-latest", None, [], [], runs_root=tmp_path / "runs")
+        assert not other.verdict.passed and other.verdict.first_blocker.kind == "align_not_compared"

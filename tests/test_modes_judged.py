@@ -255,6 +255,6 @@ def test_an_ingested_align_log_is_compared_with_the_capture_beside_it(cli, tmp_p
     assert stored_alignment(store, store.find_run("IH").id)["verdict"] == "diverged at layer 1"
     clean = tmp_path / "clean"
     capture_into(clean)
-    ok = json.loads(cli("ingest", "--log", align_log(clean / "raw.log", gen_s=1.6), "--experiment", "ing-hf", "--db", db,
-                        "--json").output)
+    ok = json.loads(cli("ingest", "--log", align_log(clean / "raw.log", gen_s=1.6), "--experiment", "ing-hf",
+                        "--db", db, "--json").output)
     assert ok["verdict"]["passed"] and ok["verdict"]["status"] == "coherent"

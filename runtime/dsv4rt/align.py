@@ -56,6 +56,7 @@ def engine_capture(llm, prompts: list[list[int]], params, topk: int):
     """Each prompt alone (its prefill is then the first forward, its rows the prompt's positions): the hooked
     streams, the greedy continuation and its top-k. Returns (per-prompt metadata, tensors, request outputs)."""
     metas, tensors, outputs = [], {}, []
+    applied = 0
     for i, ids in enumerate(prompts):
         llm.apply_model(align_hooks.arm)
         out = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0]
@@ -65,7 +66,24 @@ def engine_capture(llm, prompts: list[list[int]], params, topk: int):
         metas.append(prompt_meta(ids, taken, list(completion.token_ids), top))
         tensors.update({f"p{i}.{key}": value for key, value in taken["captured"].items()})
         outputs.append(out)
-    return metas, tensors, outputs
+        applied = taken.get("perturbed", 0)  # counted since install: the last take holds the total
+    return metas, tensors, outputs, applied
+
+
+def check_layers(align: dict[str, Any], layers: list[int], perturb: tuple[int, float] | None,
+                 fault: str | None) -> None:
+    """Refuse, before anything is captured, align.layers or a perturb-layer fault that name no decoder layer of the
+    model (issue 29 S22/S23: `perturb-layer:99` on a 2-layer model did nothing and the run passed)."""
+    span = f"{layers[0]}..{layers[-1]}" if layers else "none"
+    wanted = align.get("layers")
+    if wanted is not None:
+        outside = sorted(set(wanted) - set(layers))
+        if outside or not wanted:
+            raise ValueError(f"align.layers {outside or wanted}: not decoder layers of this model (it has layers "
+                             f"{span})")
+    if perturb is not None and perturb[0] not in layers:
+        raise faults.FaultRefused(f"DSV4_FAULT={fault}: layer {perturb[0]} is not a decoder layer of this model "
+                                  f"(it has layers {span}): the fault would do nothing")
 
 
 def prompt_meta(ids: list[int], taken: dict[str, Any], greedy_ids: list[int], greedy_top: list) -> dict[str, Any]:
@@ -181,11 +199,18 @@ def main(spec: dict[str, Any]) -> int:
     probe.stage("align capture")
     perturb = faults.perturb_layer(fault)
     layers = llm.apply_model(functools.partial(align_hooks.install, keep=align["keep_positions"], perturb=perturb))[0]
+    check_layers(align, layers, perturb, fault)
     params = SamplingParams(temperature=0.0, max_tokens=sampling["max_tokens"], ignore_eos=sampling["ignore_eos"],
                             logprobs=align["tolerances"]["topk"])
     t0 = time.perf_counter()
-    metas, tensors, outputs = engine_capture(llm, prompts, params, align["tolerances"]["topk"])
+    metas, tensors, outputs, applied = engine_capture(llm, prompts, params, align["tolerances"]["topk"])
     gen_s = time.perf_counter() - t0
+    if perturb is not None:
+        if not applied:
+            raise faults.FaultRefused(f"DSV4_FAULT={fault}: layer {perturb[0]}'s hook never ran: nothing perturbed")
+        probe.say(markers.dsv4_line("DSV4_FAULT", f"{fault}: applied to decoder layer {perturb[0]} in {applied} "
+                                                  f"forward(s), noise {perturb[1]:g} of the stream's norm, "
+                                                  "engine only"))
     ppl_ids = perplexity_ids(tokenizer, align, spec["model"]["max_model_len"])
     import vllm
 

@@ -89,6 +89,7 @@ def _layer_hook(state: dict, index: int, module, inputs, output):
     perturb = state.get("perturb")
     if perturb is not None and perturb[0] == index:
         output = perturbed(output, index, perturb[1])
+        state["perturbed"] = state.get("perturbed", 0) + 1  # the job logs the fault once it was applied
     _record(state, f"layer.{index}", output)
     return output
 
@@ -122,4 +123,5 @@ def take(model, attr: str = "_dsv4_align") -> dict[str, Any]:
     """Disarm and return what the last armed forward captured: {key: float32 CPU tensor}, and the token counts."""
     state = getattr(model, attr)
     state["armed"] = False
-    return {"captured": dict(state["captured"]), "n_tokens": dict(state["n_tokens"]), "keep": state["keep"]}
+    return {"captured": dict(state["captured"]), "n_tokens": dict(state["n_tokens"]), "keep": state["keep"],
+            "perturbed": state.get("perturbed", 0)}
