@@ -134,3 +134,28 @@ def test_values_sqlite_cannot_hold_are_stored_as_null(tmp_path):
     assert s.find_run(str(run_id)).exit_code is None
     assert s.verdict(run_id)["bos_run"] == big  # the JSON keeps it exactly
     assert s.metrics(run_id) == {"gen_s": 2.0}
+
+
+def test_m009_gives_a_store_of_m008_the_ingest_columns_and_old_ingested_runs_stay_rejudgeable(tmp_path, monkeypatch,
+                                                                                               cli):
+    """Issue 29: content_sha256/source_path/sacct_path from m009_ingest; a run ingested before it (log_path at the
+    original, no hash) is re-judged from that path as before, and never counts as a duplicate."""
+    from .conftest import FIXTURES
+
+    log = tmp_path / "J17.log"
+    log.write_bytes((FIXTURES / "logs" / "J17.log").read_bytes())
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:8])
+    old = open_store(tmp_path / "r.db")
+    assert "content_sha256" not in {c.name for c in old.db["runs"].columns}
+    run_id = old.add_run(experiment_id=old.experiment_id("e", "h", '{"name": "e", "ingested": true}', "x"),
+                         backend="ingest", token="t", state="INGESTED", ingested=1, label="OLD",
+                         run_dir=str(tmp_path), log_path=str(log), point_json="{}", repeat_index=0)
+    old.close()
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
+    s = open_store(tmp_path / "r.db")
+    assert s.applied == ["m009_ingest"]
+    assert s.find_run(str(run_id)).content_sha256 is None and s.runs_with_content("x" * 64) == []
+    s.close()
+    assert cli("verdict", "OLD", "--db", tmp_path / "r.db").exit_code == 0
+    done = cli("ingest", "--log", log, "--experiment", "e", "--db", tmp_path / "r.db", "--json")
+    assert done.exit_code == 0  # the old run has no hash: not a duplicate of it
