@@ -23,6 +23,22 @@ SBATCH_VALUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+=,/%-]*$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # A run's short name (J18): starts with a letter, so it never reads as a run id; `latest` is a keyword.
 LABEL_PATTERN = r"^[A-Za-z][A-Za-z0-9._-]{0,63}$"
+GRES_PATTERN = r"^[A-Za-z0-9_]+(:[A-Za-z0-9_]+)?:[0-9]+$"
+MEM_PATTERN = r"^[0-9]+([KMGT][Bb]?|[kmgt][Bb]?)?$"
+TIME_PATTERN = r"^([0-9]+-)?([0-9]+:)?[0-9]+(:[0-9]+)?$"
+ALIGN_REFERENCE_PATTERN = r"^(hf|run:[A-Za-z0-9][A-Za-z0-9._-]{0,127})$"
+# What a value matching each pattern looks like, in words (spec_findings says this, never the regular expression).
+PATTERN_WORDS = {
+    NAME_PATTERN: "is not a valid name: letters, digits and . _ + = , - only, a letter or digit first, "
+                  "at most 128 characters",
+    SBATCH_VALUE_PATTERN: "cannot go on an #SBATCH line: letters, digits and . _ : @ + = , / % - only, "
+                          "a letter or digit first",
+    LABEL_PATTERN: "is not a valid label: a letter first, then letters, digits and . _ -, at most 64 characters",
+    GRES_PATTERN: "is not a Slurm GRES; write TYPE:COUNT or NAME:TYPE:COUNT (dcu:8)",
+    MEM_PATTERN: "is not a Slurm memory size; write a whole number with an optional K, M, G or T (64G)",
+    TIME_PATTERN: "is not a Slurm time; write HH:MM:SS or D-HH:MM:SS (or minutes, MM:SS, D-HH)",
+    ALIGN_REFERENCE_PATTERN: "is not a reference; write hf or run:ID (a label, run id or job id)",
+}
 RESERVED_LABELS = ("latest",)
 
 
@@ -109,11 +125,11 @@ class SamplingSpec(_Strict):
 class SlurmSpec(_Strict):
     partition: str | None = Field(None, pattern=SBATCH_VALUE_PATTERN)
     account: str | None = Field(None, pattern=SBATCH_VALUE_PATTERN)
-    gres: str | None = Field(None, pattern=r"^[A-Za-z0-9_]+(:[A-Za-z0-9_]+)?:[0-9]+$")
+    gres: str | None = Field(None, pattern=GRES_PATTERN)
     nodes: Int = Field(1, ge=1, le=limits.MAX_NODES)
     cpus_per_task: Int | None = Field(None, ge=1, le=limits.MAX_CPUS_PER_TASK)
-    mem: str | None = Field(None, pattern=r"^[0-9]+([KMGT][Bb]?|[kmgt][Bb]?)?$")
-    time: str | None = Field(None, pattern=r"^([0-9]+-)?([0-9]+:)?[0-9]+(:[0-9]+)?$")
+    mem: str | None = Field(None, pattern=MEM_PATTERN)
+    time: str | None = Field(None, pattern=TIME_PATTERN)
     extra: dict[str, str | int] = Field(default_factory=dict, description="More #SBATCH --key=value lines.")
 
     @model_validator(mode="after")
@@ -292,7 +308,7 @@ class AlignTolerances(_Strict):
 class AlignSpec(_Strict):
     """Layer-by-layer alignment (mode: align) of the spec's requests against a reference."""
 
-    reference: str = Field("hf", pattern=r"^(hf|run:[A-Za-z0-9][A-Za-z0-9._-]{0,127})$",
+    reference: str = Field("hf", pattern=ALIGN_REFERENCE_PATTERN,
                            description="hf: transformers on CPU in float32, in the same job; run:ID: a stored "
                                        "align run of the same prompts (label, run id or job id).")
     perplexity_file: ScriptStr | None = Field(None, description="A UTF-8 text file on the node [default: the "

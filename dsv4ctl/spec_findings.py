@@ -11,27 +11,123 @@ from .findings import Finding, Location
 FieldPath = tuple[Any, ...]
 
 
+SPEC_REFERENCE = "docs/reference/spec.md"
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def structural_message(err: dict[str, Any]) -> str:
+def _bound(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _unwrap(annotation: Any, part: Any) -> list[Any]:
+    """The types a value at `part` under a value of `annotation` can have (a field of a model, an item of a
+    list, a value of a mapping), Optional/Annotated/unions looked through."""
+    import typing
+
+    from pydantic import BaseModel
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(args[0], part)
+    if origin is typing.Union or type(annotation).__name__ == "UnionType":
+        return [t for arg in args for t in _unwrap(arg, part)]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        field = annotation.model_fields.get(part)
+        return [field.annotation] if field is not None else []
+    if origin is list and isinstance(part, int):
+        return list(args[:1])
+    if origin is dict and isinstance(part, str):
+        return list(args[1:2])
+    return []
+
+
+def known_keys(path: FieldPath) -> list[str]:
+    """The keys the mapping at `path` takes (`sampling` -> max_tokens, temperature, ...), [] where any key goes."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from .spec import ExperimentSpec
+
+    types: list[Any] = [ExperimentSpec]
+    for part in path:
+        types = [t for annotation in types for t in _unwrap(annotation, part)]
+    keys: list[str] = []
+    for annotation in types:
+        for arg in [annotation, *typing.get_args(annotation)]:
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                keys += [k for k in arg.model_fields if k not in keys]
+    return keys
+
+
+def unknown_key_message(path: FieldPath) -> str:
+    """`unknown key; did you mean 'max_tokens'?`, else the keys the section takes; and where they are written up."""
+    import difflib
+
+    keys, key = known_keys(path[:-1]), str(path[-1]) if path else ""
+    near = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    if near:
+        return f"unknown key; did you mean {near[0]!r}? (see {SPEC_REFERENCE})"
+    where = ".".join(str(p) for p in path[:-1]) or "a spec"
+    if not keys:
+        return f"unknown key (check the spelling; see {SPEC_REFERENCE})"
+    shown = ", ".join(keys[:12]) + (", ..." if len(keys) > 12 else "")
+    return f"unknown key; {where} takes {shown} (see {SPEC_REFERENCE})"
+
+
+# pydantic's error types reworded: no message a user reads names a regular expression or pydantic's own words.
+_TYPE_WORDS = {"string_type": "text", "float_type": "a number", "float_parsing": "a number", "bool_type":
+               "true or false", "bool_parsing": "true or false", "dict_type": "a mapping (key: value lines)",
+               "model_type": "a mapping (key: value lines)", "model_attributes_type": "a mapping (key: value lines)",
+               "list_type": "a list", "int_type": "a whole number", "int_parsing": "a whole number",
+               "finite_number": "a finite number", "string_unicode": "text"}
+
+
+def _length_message(kind: str, ctx: dict[str, Any]) -> str:
+    least, most = ctx.get("min_length"), ctx.get("max_length")
+    if kind == "string_too_short":
+        return "must not be empty" if least == 1 else f"is shorter than {least} characters"
+    if kind == "string_too_long":
+        return f"is longer than {most} characters"
+    if kind == "too_short":
+        return (f"an empty list; give at least {least} item(s)".replace("1 item(s)", "one item")
+                if not ctx.get("actual_length")
+                else f"{ctx.get('actual_length')} items is below the minimum {least}")
+    return f"{ctx.get('actual_length')} items is above the maximum {most}"
+
+
+def structural_message(err: dict[str, Any], path: FieldPath = ()) -> str:
     """pydantic's message, reworded where a user needs the value and the bound (`repeats: 100000000 is above the
-    maximum 10000`, not `Input should be less than or equal to 10000`)."""
+    maximum 10000`, not `Input should be less than or equal to 10000`) and in plain words everywhere else
+    (`'2 hours' is not a Slurm time`, not the pattern); an unknown key gets the closest known one."""
+    from .spec import PATTERN_WORDS
+
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     if kind == "extra_forbidden":
-        return "unknown key (check the spelling; see README 'Spec reference')"
+        return unknown_key_message(path or tuple(err.get("loc") or ()))
     if kind == "less_than_equal":
-        return f"{_shown(value)} is above the maximum {ctx['le']}"
+        return f"{_shown(value)} is above the maximum {_bound(ctx['le'])}"
     if kind == "greater_than_equal":
-        return f"{_shown(value)} is below the minimum {ctx['ge']}"
-    if kind == "too_long":
-        return f"{ctx.get('actual_length')} items is above the maximum {ctx.get('max_length')}"
-    if kind == "int_type":
-        return f"expected a whole number, got {_shown(value)}"
-    if kind == "finite_number":
-        return f"expected a finite number, got {_shown(value)}"
+        return f"{_shown(value)} is below the minimum {_bound(ctx['ge'])}"
+    if kind == "less_than":
+        return f"{_shown(value)} must be less than {_bound(ctx['lt'])}"
+    if kind == "greater_than":
+        return f"{_shown(value)} must be greater than {_bound(ctx['gt'])}"
+    if kind in ("too_short", "too_long", "string_too_short", "string_too_long"):
+        return _length_message(kind, ctx)
+    if kind == "string_pattern_mismatch":
+        words = PATTERN_WORDS.get(ctx.get("pattern"), "has characters this field does not take")
+        return f"{_shown(value)} {words}"
+    if kind == "missing":
+        return "required: this key is missing"
+    if kind == "literal_error":
+        return f"{_shown(value)} is not one of {ctx.get('expected')}"
+    if kind in _TYPE_WORDS:
+        return f"expected {_TYPE_WORDS[kind]}, got {_shown(value)}"
     return err["msg"].removeprefix("Value error, ")
 
 
@@ -62,7 +158,7 @@ def structural_findings(errors: list[dict[str, Any]], data: dict[str, Any]) -> l
     for path, errs in merged.items():
         literals = [e for e in errs if e["type"] == "literal_error"]
         rest = [e for e in errs if e["type"] != "literal_error"] or literals[:1]
-        message = structural_message(rest[0])
+        message = structural_message(rest[0], path)
         if literals and rest[0] is not literals[0]:
             message += " (or " + " or ".join(str((e.get("ctx") or {}).get("expected")) for e in literals) + ")"
         out.append((path, "error", message))

@@ -1,0 +1,76 @@
+"""The first hour, second batch (issue 26): spec messages in plain words with a did-you-mean, compare's length
+differences and sides, the JSON error's findings, sweeps without a matrix, references said and shown, the units of
+`show`, a run cancelled before it started, and the live wait's first blocker."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from dsv4ctl.specload import load_spec
+
+from .conftest import BASE_SPEC
+
+
+def only(points):
+    [point] = points
+    return point
+
+
+def errors_of(write_spec, text: str) -> dict[str, str]:
+    return {f.path: f.message for f in only(load_spec(write_spec(text))).errors}
+
+
+# ---- m2: did you mean, and the spec reference where it is ------------------------------------------------------
+
+
+def test_unknown_key_suggests_the_closest_field(write_spec):
+    found = errors_of(write_spec, BASE_SPEC.replace("  max_tokens: 32", "  max_token: 32"))
+    message = found["sampling.max_token"]
+    assert message.startswith("unknown key") and "did you mean 'max_tokens'?" in message
+    assert "docs/reference/spec.md" in message and "README" not in message
+
+
+def test_unknown_key_with_nothing_close_lists_the_section_s_keys(write_spec):
+    found = errors_of(write_spec, BASE_SPEC.replace("  gres:", "  zzzqqq: 1\n  gres:"))
+    message = found["slurm.zzzqqq"]
+    assert "did you mean" not in message and "slurm takes partition, account, gres" in message
+
+
+def test_unknown_key_in_a_list_item_and_at_the_top(write_spec):
+    text = BASE_SPEC.replace("  - messages: [{role: user, content: hi}]",
+                             "  - messages: [{role: user, contnet: hi}]") + "repeat: 2\n"
+    found = errors_of(write_spec, text)
+    assert "did you mean 'content'?" in found["requests.0.messages.0.contnet"]
+    assert "did you mean 'repeats'?" in found["repeat"]
+
+
+# ---- m4: no pydantic text ------------------------------------------------------------------------------------------
+
+PYDANTIC_WORDS = re.compile(r"should match pattern|List should|Input should|after validation|Field required|\^\(")
+
+
+@pytest.mark.parametrize("change, path, said", [
+    (("  gres:", '  time: "2 hours"\n  gres:'), "slurm.time",
+     "'2 hours' is not a Slurm time; write HH:MM:SS or D-HH:MM:SS"),
+    (("name: t", "name: has space"), "name", "'has space' is not a valid name"),
+    (("requests:\n  - messages: [{role: user, content: hi}]", "requests: []"), "requests",
+     "an empty list; give at least one item"),
+    (("  gres: \"dcu:8\"", "  gres: \"eight\""), "slurm.gres", "is not a Slurm GRES"),
+    (("  gres:", "  mem: lots\n  gres:"), "slurm.mem", "is not a Slurm memory size"),
+    (("model:\n  path: /models/m", "model: {}"), "model.path", "required"),
+    (("  max_tokens: 32", "  max_tokens: 32\n  top_p: fast"), "sampling.top_p", "expected a number"),
+])
+def test_structural_errors_are_plain_sentences(write_spec, change, path, said):
+    found = errors_of(write_spec, BASE_SPEC.replace(*change))
+    assert said in found[path], found
+    assert not any(PYDANTIC_WORDS.search(m) for m in found.values()), found
+
+
+def test_validate_prints_the_plain_sentence(write_spec, cli):
+    path = write_spec(BASE_SPEC.replace("  gres:", '  time: "2 hours"\n  gres:'))
+    result = cli("validate", path)
+    assert result.exit_code == 1
+    assert "slurm.time: '2 hours' is not a Slurm time" in result.output and "pattern" not in result.output
