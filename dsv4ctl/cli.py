@@ -128,11 +128,15 @@ def _is_usage_error(exc: BaseException) -> bool:
         and isinstance(getattr(exc, "exit_code", None), int)
 
 
-def _json_error(message: str, hint: str | None, exit_code: int) -> int:
+def _json_error(message: str, hint: str | None, exit_code: int, findings: list | None = None) -> int:
+    """The one JSON error object on stderr; an invalid spec's findings ride along (as `validate --json` gives
+    them: severity, path, message, why, file, line, column), so a script needs no second call to see them."""
     import json
 
-    sys.stderr.write(json.dumps({"error": {"message": message, "hint": hint, "exit_code": exit_code}},
-                                ensure_ascii=False) + "\n")
+    error: dict = {"message": message, "hint": hint, "exit_code": exit_code}
+    if findings is not None:
+        error["findings"] = [f.to_json() for f in findings]
+    sys.stderr.write(json.dumps({"error": error}, ensure_ascii=False) + "\n")
     return exit_code
 
 
@@ -154,7 +158,8 @@ def _report(exc: BaseException, as_json: bool = False) -> int:
         return exc.exit_code
     explained = explain(exc)
     if as_json:
-        return _json_error(explained.message, explained.hint, explained.exit_code)
+        return _json_error(explained.message, explained.hint, explained.exit_code,
+                           exc.findings if isinstance(exc, SpecInvalid) else None)
     output.error(explained.message, hint=explained.hint)
     return explained.exit_code
 

@@ -74,3 +74,31 @@ def test_validate_prints_the_plain_sentence(write_spec, cli):
     result = cli("validate", path)
     assert result.exit_code == 1
     assert "slurm.time: '2 hours' is not a Slurm time" in result.output and "pattern" not in result.output
+
+
+# ---- m15: the JSON error of an invalid spec carries its findings --------------------------------------------------
+
+
+def test_submit_json_error_carries_the_findings(write_spec, tmp_path):
+    import subprocess
+    import sys
+
+    path = write_spec(BASE_SPEC.replace("  max_tokens: 32", "  max_token: 32"))
+    done = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "submit", str(path), "--backend", "local", "--json",
+                           "--db", str(tmp_path / "r.db")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    error = json.loads(done.stderr)["error"]
+    assert error["message"] == "1 error(s) in the spec" and error["exit_code"] == 1
+    [finding] = error["findings"]
+    assert finding["path"] == "sampling.max_token" and finding["severity"] == "error"
+    assert finding["file"] == str(path) and finding["line"] == 10 and finding["column"] == 3
+    assert "did you mean 'max_tokens'?" in finding["message"]
+
+
+def test_json_error_of_another_failure_has_no_findings_key(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "show", "J999", "--json", "--db",
+                           str(tmp_path / "r.db")], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "findings" not in json.loads(done.stderr)["error"]
