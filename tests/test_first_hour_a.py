@@ -5,13 +5,23 @@ differences and sides, the JSON error's findings, sweeps without a matrix, refer
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
 from dsv4ctl.specload import load_spec
 
 from .conftest import BASE_SPEC
+
+
+def dsv4(*args, cwd=None) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it (cli.main: one-line errors, exit codes, --json error objects)."""
+    env = {**os.environ, "COLUMNS": "100"}
+    return subprocess.run([sys.executable, "-m", "dsv4ctl.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=300, cwd=cwd, env=env)
 
 
 def only(points):
@@ -80,12 +90,8 @@ def test_validate_prints_the_plain_sentence(write_spec, cli):
 
 
 def test_submit_json_error_carries_the_findings(write_spec, tmp_path):
-    import subprocess
-    import sys
-
     path = write_spec(BASE_SPEC.replace("  max_tokens: 32", "  max_token: 32"))
-    done = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "submit", str(path), "--backend", "local", "--json",
-                           "--db", str(tmp_path / "r.db")], capture_output=True, text=True, timeout=120)
+    done = dsv4("submit", path, "--backend", "local", "--json", "--db", tmp_path / "r.db")
     assert done.returncode == 1 and done.stdout == ""
     error = json.loads(done.stderr)["error"]
     assert error["message"] == "1 error(s) in the spec" and error["exit_code"] == 1
@@ -96,9 +102,22 @@ def test_submit_json_error_carries_the_findings(write_spec, tmp_path):
 
 
 def test_json_error_of_another_failure_has_no_findings_key(tmp_path):
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "show", "J999", "--json", "--db",
-                           str(tmp_path / "r.db")], capture_output=True, text=True, timeout=120)
+    done = dsv4("show", "J999", "--json", "--db", tmp_path / "r.db")
     assert done.returncode != 0 and "findings" not in json.loads(done.stderr)["error"]
+
+
+# ---- m20: a sweep needs a matrix --------------------------------------------------------------------------------
+
+
+def test_sweep_of_a_spec_with_no_matrix_is_refused_and_submits_nothing(write_spec, tmp_path):
+    from dsv4ctl.commands.campaign_cmds import _require_matrix
+    from dsv4ctl.store import Store
+
+    path = write_spec(BASE_SPEC, "plain.yaml")
+    db = tmp_path / "r.db"
+    result = dsv4("sweep", path, "--backend", "local", "--no-wait", "--db", db)
+    assert result.returncode == 2
+    assert f"{path} has no matrix: use submit --repeats" in result.stderr
+    store = Store(db)
+    assert store.runs() == [] and store.campaigns() == []
+    _require_matrix(write_spec(BASE_SPEC + "matrix:\n  sampling.max_tokens: [16, 32]\n", "mx.yaml"))  # no error

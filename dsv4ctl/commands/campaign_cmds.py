@@ -98,6 +98,7 @@ def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a mat
         name = existing["name"]
         resume(store, name)
     elif spec is not None:
+        _require_matrix(spec)
         name = submit_campaign(store, [spec], backend, repeats=repeats, campaign=campaign,
                                runs_root=configured_runs_dir(runs_dir), command=f"dsv4ctl sweep {spec}").campaign
     else:
@@ -132,6 +133,18 @@ def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a mat
     for line in best_load_text(serving) if serving else []:
         output.text(line)
     output.text(f"next: dsv4ctl report {name} -o report.html")
+
+
+def _require_matrix(spec: Path) -> None:
+    """A sweep is over matrix points: a spec without one would be a silent one-point sweep (issue 26 m20)."""
+    from ..errors import UsageError
+    from ..specload import read_document
+
+    if not read_document(spec).data.get("matrix"):
+        error = UsageError(f"{spec} has no matrix: use submit --repeats N to run one spec several times")
+        error.hint = (f"add `matrix: {{batch: [1, 2, 4]}}` (any field path) to sweep it, or "
+                      f"`dsv4ctl submit {spec} --repeats 5`")
+        raise error
 
 
 def report(campaign: Annotated[str, typer.Argument(callback=check_campaign, help="Campaign name or `latest` (see `dsv4ctl campaigns`).")],
