@@ -87,7 +87,7 @@ def interleave(spec_paths: list[Path], repeats: int | None,
     """An A/B submission: BASELINE and CANDIDATE runs alternating A B A B, so drift on the cluster hits both alike;
     each A/B pair is recorded (pair id, side) for the paired analysis."""
     if len(spec_paths) != 2:
-        raise Dsv4Error("--ab takes exactly two specs: BASELINE CANDIDATE")
+        raise UsageError(f"--ab takes exactly two specs, BASELINE CANDIDATE; {len(spec_paths)} given")
     a, b = plan([spec_paths[0]], repeats), plan([spec_paths[1]], repeats)
     if len(a) != len(b):
         raise Dsv4Error(f"--ab: the two specs expand to {len(a)} and {len(b)} runs; give them the same matrix")
@@ -165,10 +165,15 @@ def submit(store: Store, spec_paths: list[Path], backend: str | None = None, *, 
     campaign_id, groups = record_plan(store, name, backend, command, runs, root, array=array, pairs=pairs)
     outcome = SubmitOutcome(name, run_ids=[run_id for group in groups for run_id in group])
     write_snapshots(store, store.runs_by_ids(outcome.run_ids))
-    for run_ids in groups:
-        rows = store.runs_by_ids(run_ids)
-        submit_rows(store, scheduler, rows, array=Path(rows[0].script_path).parent != Path(rows[0].run_dir),
-                    outcome=outcome)
+    try:
+        for run_ids in groups:
+            rows = store.runs_by_ids(run_ids)
+            submit_rows(store, scheduler, rows, array=Path(rows[0].script_path).parent != Path(rows[0].run_dir),
+                        outcome=outcome)
+    except KeyboardInterrupt:
+        from .inflight import interrupted
+
+        raise interrupted(store, name, outcome.run_ids) from None  # which jobs are queued, how to cancel them
     store.mark_submitted(campaign_id)
     return outcome
 

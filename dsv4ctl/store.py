@@ -32,7 +32,9 @@ NOT_WAITING = (PLANNED, SUBMIT_FAILED, LOST)
 
 
 class RunNotFound(Dsv4Error):
-    """No run matches the given run id, label, job id or token."""
+    """No run matches the given run id, label, job id or token: a usage error (exit 2), never a test result."""
+
+    exit_code = 2
 
 
 class CampaignNotFound(RunNotFound):
@@ -359,13 +361,16 @@ class Store:
         """Every campaign, newest first, with its run counts: runs, passed, failed (judged, not passed), running
         (still followed)."""
         idle = ",".join("?" * (len(NOT_WAITING) + len(FINAL)))
+        # One count per run (issue 26 M2): a run still followed is running, whatever verdict an older dsv4ctl
+        # stored for it while it was in flight; only a run that is no longer followed counts as passed or failed.
+        running = f"(r.id IS NOT NULL AND r.ingested = 0 AND r.state NOT IN ({idle}))"
         cursor = self.db.execute(
             f"SELECT c.name, c.created_at, c.backend, count(r.id), "
-            f"coalesce(sum(v.passed = 1), 0), coalesce(sum(v.passed = 0), 0), "
-            f"coalesce(sum(r.id IS NOT NULL AND r.state NOT IN ({idle})), 0) "
+            f"coalesce(sum(v.passed = 1 AND NOT {running}), 0), coalesce(sum(v.passed = 0 AND NOT {running}), 0), "
+            f"coalesce(sum({running}), 0) "
             f"FROM campaigns c LEFT JOIN runs r ON r.campaign_id = c.id "
             f"LEFT JOIN verdicts v ON v.run_id = r.id GROUP BY c.id ORDER BY c.id DESC",
-            [*NOT_WAITING, *sorted(FINAL)])
+            [*NOT_WAITING, *sorted(FINAL)] * 3)
         names = ("name", "created_at", "backend", "runs", "passed", "failed", "running")
         return [dict(zip(names, row)) for row in cursor.fetchall()]
 
@@ -468,7 +473,9 @@ class Store:
         among `run_ids` when given (a wait follows its own runs, never the whole database)."""
         idle = ",".join("?" * (len(NOT_WAITING) + len(FINAL)))
         finals = ",".join("?" * len(FINAL))
-        where = (f"(runs.state NOT IN ({idle}) OR (runs.state IN ({finals}) AND runs.ingested = 0 "
+        # An ingested run is final as recorded, whatever its state word (INGESTED, or its sacct record's RUNNING):
+        # it never reaches a backend's poller (issue 26 B1).
+        where = (f"runs.ingested = 0 AND (runs.state NOT IN ({idle}) OR (runs.state IN ({finals}) "
                  f"AND runs.judge_error IS NULL AND runs.id NOT IN (SELECT run_id FROM verdicts)))")
         params: list[Any] = [*NOT_WAITING, *sorted(FINAL), *sorted(FINAL)]
         if run_ids is None:
@@ -546,9 +553,11 @@ class Store:
             chunk = run_ids[start:start + 900]
             marks = ",".join("?" * len(chunk))
             cursor = self.db.execute(f"SELECT run_id, status, passed, false_green, first_blocker_kind, "
-                                     f"first_blocker_line FROM verdicts WHERE run_id IN ({marks})", chunk)
+                                     f"first_blocker_line, first_blocker_message FROM verdicts "
+                                     f"WHERE run_id IN ({marks})", chunk)
             out.update({row[0]: {"status": row[1], "passed": bool(row[2]), "false_green": bool(row[3]),
-                                 "first_blocker_kind": row[4], "first_blocker_line": row[5]} for row in cursor})
+                                 "first_blocker_kind": row[4], "first_blocker_line": row[5],
+                                 "first_blocker_message": row[6]} for row in cursor})
         return out
 
     def metrics(self, run_id: int) -> dict[str, float]:
@@ -609,6 +618,7 @@ def open_store(path: str | os.PathLike[str] | None = None, announce: bool = True
     found = database(path)
     if must_exist and not Path(found.value).exists():
         error = StoreError(f"no results database at {found.value}")
+        error.exit_code = 2  # something named that does not exist: a usage error (issue 26 M6)
         error.hint = ("run from the project's folder, give --db PATH, or write a dsv4ctl.toml there with "
                       "`dsv4ctl init` so every subfolder finds it")
         raise error

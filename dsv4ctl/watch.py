@@ -15,7 +15,7 @@ from .campaign import reconcile
 from .errors import Dsv4Error, LogError
 from .judge.scan import parse_file
 from .judge.sacct import SchedulerSummary
-from .judge.states import FINAL, PAUSED, normalise
+from .judge.states import FINAL, PAUSED, is_waiting, normalise
 from .scheduler import JobRef, JobStatus, get_scheduler
 from .store import SUBMITTING, RunRow, Store, StoreError
 from .versions import read_versions
@@ -246,9 +246,11 @@ def poll_once(store: Store, run_ids: list[int] | None = None) -> PollReport:
 
 
 def watch(store: Store, run_ids: list[int] | None = None, on_round=None, interval_s: float = 2.0,
-          max_interval_s: float = 30.0, timeout_s: float | None = None) -> PollReport:
+          max_interval_s: float = 30.0, timeout_s: float | None = None,
+          on_stuck: str | None = None) -> PollReport:
     """Poll until none of `run_ids` (default: every run in the store) is in flight. Backs off while nothing
-    changes; calls on_round(report) each round."""
+    changes; calls on_round(report) each round. With `on_stuck` (leave or cancel), a job that can never start
+    stops the wait at once (WaitStuck, see `stop_if_stuck`)."""
     started = time.monotonic()
     delay = interval_s
     total = PollReport()
@@ -261,6 +263,10 @@ def watch(store: Store, run_ids: list[int] | None = None, on_round=None, interva
         total.waiting = report.waiting
         if on_round:
             on_round(report)
+        if on_stuck is not None:
+            from .inflight import stop_if_stuck
+
+            stop_if_stuck(store, report.waiting, on_stuck)
         if report.in_flight == 0:
             return total
         if timeout_s is not None and time.monotonic() - started > timeout_s:
@@ -299,12 +305,42 @@ def rejudge(ref: str, db: str | None = None) -> tuple[Verdict, Path]:
         statuses, _ = get_scheduler(row.backend).poll([JobRef(row.job_id, Path(row.run_dir))])
         status = statuses.get(row.job_id)
     if status is None or not status.is_final:
-        status = stored_status(store, row) or status
+        stored = stored_status(store, row)
+        stored = stored if stored is not None and stored.is_final else None  # never a verdict stored in flight
+        if stored is None and not row.ingested and (is_waiting(status.state) if status else is_waiting(row.state)):
+            from .inflight import RunInFlight
+
+            raise RunInFlight(row, status)  # the scheduler's until it ends: nothing judged, nothing stored
+        status = stored or status
     return judge_stored(store, row, summary_of(status) if status else None), Path(row.log_path)
 
 
+def tail_offset(path: Path | None, lines: int, block: int = 64 * 1024) -> int:
+    """Where the last `lines` lines of a file start (0: the whole file), read backwards a block at a time."""
+    if path is None or not path.exists():
+        return 0
+    with open(path, "rb") as f:
+        end = f.seek(0, 2)
+        position, newlines = end, 0
+        if end and lines:
+            f.seek(end - 1)
+            if f.read(1) == b"\n":
+                newlines = -1  # the final newline ends the last line, it starts none
+        while position > 0:
+            start = max(0, position - block)
+            f.seek(start)
+            chunk = f.read(position - start)
+            for i in range(len(chunk) - 1, -1, -1):
+                if chunk[i] == 0x0A:
+                    newlines += 1
+                    if newlines == lines:
+                        return start + i + 1
+            position = start
+    return 0 if lines else end
+
+
 def follow_log(store: Store, row: RunRow, *, follow: bool, write, note, timeout_s: float | None = None,
-               interval_s: float = 1.0, poll_every_s: float = 5.0) -> None:
+               interval_s: float = 1.0, poll_every_s: float = 5.0, tail_lines: int | None = None) -> None:
     """`dsv4ctl logs`: say the run's state and current stage (`note`), write raw.log (`write`), and with `follow`
     keep writing what is appended until the run is final (polled every `poll_every_s`, judged like any wait).
     WaitTimedOut when `timeout_s` passes first."""
@@ -315,7 +351,7 @@ def follow_log(store: Store, row: RunRow, *, follow: bool, write, note, timeout_
     note(f"run {row.id} ({row.data.get('label')}) {row.state}" + (f", stage {stage}" if stage else "")
          + ("" if path and path.exists() else f"; no log yet at {path}" if path else "; no log recorded"))
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    offset = 0
+    offset = tail_offset(path, tail_lines) if tail_lines is not None else 0
     started = last_poll = time.monotonic()
 
     def drain() -> None:

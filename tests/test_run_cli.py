@@ -77,7 +77,7 @@ def test_unknown_run_is_a_clear_error(tmp_path):
     open_store(tmp_path / "r.db")
     done = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "show", "999", "--db", str(tmp_path / "r.db")],
                           capture_output=True, text=True)
-    assert done.returncode == 1 and "no run with id, label" in done.stderr and "dsv4ctl runs" in done.stderr
+    assert done.returncode == 2 and "no run with id, label" in done.stderr and "dsv4ctl runs" in done.stderr
 
 
 def test_reading_where_there_is_no_database_is_an_error_not_an_empty_table(tmp_path):
@@ -87,6 +87,6 @@ def test_reading_where_there_is_no_database_is_an_error_not_an_empty_table(tmp_p
     for command in (["runs"], ["show", "1"], ["campaigns"], ["status"], ["verdict", "J17"]):
         done = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", *command], cwd=tmp_path, capture_output=True,
                               text=True)
-        assert done.returncode == 1 and "no results database at results.db" in done.stderr, (command, done.stderr)
+        assert done.returncode == 2 and "no results database at results.db" in done.stderr, (command, done.stderr)
         assert "dsv4ctl init" in done.stderr
     assert not (tmp_path / "results.db").exists()

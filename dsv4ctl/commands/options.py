@@ -27,6 +27,18 @@ TimeoutOpt = Annotated[Optional[float], typer.Option(
     "--timeout", help="Stop waiting after this many seconds (exit 3); the runs go on.", min=0)]
 
 
+def check_on_stuck(value: str) -> str:
+    if value not in ("leave", "cancel"):
+        raise typer.BadParameter(f"{value!r} is not one of: leave, cancel")
+    return value
+
+
+OnStuckOpt = Annotated[str, typer.Option(
+    "--on-stuck", callback=check_on_stuck, metavar="leave|cancel",
+    help="When a job can never start as submitted (PartitionConfig, a QOS limit...), the wait stops at once "
+         "(exit 1): leave the job queued, or cancel it.")]
+
+
 def check_label(value: str | None) -> str | None:
     """--label: a short name that starts with a letter (J18), so it never reads as a run id."""
     import re

