@@ -316,9 +316,86 @@ def outside_reference(store: Any, run_ids: list[int]) -> set[int]:
     return out
 
 
-def save_reference(store: Any, experiment: str, block: dict[str, Any], source: str) -> None:
+# A reference from fewer passed runs than this is warned about: below 6 the median has no bounded 95% interval
+# (stats.median_ci), so one noisy run decides the bound and the next one reads as outside it.
+MIN_REFERENCE_SAMPLES = 6
+
+
+def few_samples_warning(samples: dict[str, list[float]], block: dict[str, Any]) -> str | None:
+    """'gen_s comes from 1 passed run...' when a referenced metric has fewer than MIN_REFERENCE_SAMPLES values."""
+    few = {m: len(samples.get(m) or []) for m in block if len(samples.get(m) or []) < MIN_REFERENCE_SAMPLES}
+    if not few:
+        return None
+    said = ", ".join(f"{m} from {n} passed run{'s' if n != 1 else ''}" for m, n in sorted(few.items()))
+    return (f"a reference from few samples ({said}): below {MIN_REFERENCE_SAMPLES} the median has no bounded 95% "
+            f"interval and the next noisy run may read as OUTSIDE REFERENCE; --from a campaign of "
+            f">= {MIN_REFERENCE_SAMPLES} runs (submit --repeats {MIN_REFERENCE_SAMPLES})")
+
+
+@dataclass(frozen=True)
+class StoredReference:
+    """A reference stored by `dsv4ctl reference set`: the experiment, its `expect.perf` block, what it was
+    measured on and when."""
+
+    experiment: str
+    perf: dict[str, Any]
+    source: str
+    set_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def stored_references(store: Any, experiment: str | None = None) -> list[StoredReference]:
+    """Every stored reference (by experiment name), or the one of `experiment` ([] when it has none)."""
+    where, args = ("WHERE experiment = ?", [experiment]) if experiment is not None else ("", [])
+    rows = store.db.execute(f"SELECT experiment, perf_json, source, set_at FROM perf_references {where} "
+                            "ORDER BY experiment", args).fetchall()
+    return [StoredReference(r[0], json.loads(r[1]), r[2] or "", r[3] or "") for r in rows]
+
+
+def _no_reference(store: Any, experiment: str) -> PerfReferenceError:
+    from .history import known_words
+
+    known = [r.experiment for r in stored_references(store)]
+    error = PerfReferenceError(f"no reference stored for {experiment!r}"
+                               + known_words(experiment, known, "references stored for"))
+    error.hint = f"`dsv4ctl reference set {experiment} --from CAMPAIGN` sets one; a spec's expect.perf is in the spec"
+    return error
+
+
+def reference_of(store: Any, experiment: str) -> StoredReference:
+    """The reference stored for `experiment`; PerfReferenceError (exit 2) naming the ones stored when none."""
+    found = stored_references(store, experiment)
+    if not found:
+        raise _no_reference(store, experiment)
+    return found[0]
+
+
+def save_reference(store: Any, experiment: str, block: dict[str, Any], source: str) -> StoredReference | None:
+    """Store the reference of `experiment`; returns the one it replaces (None when it is the first)."""
     from .store import now
 
     with store.transaction():
+        before = stored_references(store, experiment)
         store.db.execute("INSERT OR REPLACE INTO perf_references (experiment, perf_json, source, set_at) "
                          "VALUES (?, ?, ?, ?)", [experiment, json.dumps(block), source, now()])
+    return before[0] if before else None
+
+
+def unset_reference(store: Any, experiment: str) -> StoredReference:
+    """Remove the reference stored for `experiment` and return it; runs judged later are not checked against it
+    (a spec's own expect.perf still applies to its runs)."""
+    with store.transaction():
+        removed = reference_of(store, experiment)
+        store.db.execute("DELETE FROM perf_references WHERE experiment = ?", [experiment])
+    return removed
+
+
+def describe_reference(ref: StoredReference) -> str:
+    """'gen_s max 8.1 (5%) from campaign c1, set 2026-12-01 22:40'."""
+    bounds = "; ".join(f"{metric} " + " ".join(f"{k} {v}" for k, v in bound.items() if k != "tolerance")
+                       + (f" ({bound['tolerance']})" if bound.get("tolerance") else "")
+                       for metric, bound in sorted(ref.perf.items()))
+    when = ref.set_at[:16].replace("T", " ")
+    return f"{bounds} from {ref.source or 'unknown runs'}" + (f", set {when}" if when else "")

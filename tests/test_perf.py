@@ -410,3 +410,44 @@ def test_reference_set_of_an_unknown_metric_exits_2_with_the_metrics_present(cli
     code, _, err = run_main(capsys, "reference", "set", "j17", "--from", "P1", "--metric", "gen_S", "--db", db)
     assert code == 2 and "no measured 'gen_S'" in err and "did you mean 'gen_s'?" in err and "tokens_per_s" in err
     assert _stored_references(db) == 0
+
+
+def test_reference_set_warns_below_six_samples_says_what_it_replaces_and_show_unset(cli, tmp_path, capsys):
+    """Issue 26 m21: a reference from one run is warned about, the store is said (and what it replaces), and
+    `reference show` / `reference unset` list and remove it; an experiment with none exits 2."""
+    db = tmp_path / "r.db"
+    for i, gen_s in enumerate((67.5, 68.1, 67.9, 68.0, 67.7, 68.3)):
+        _ingest(cli, tmp_path, db, f"R{i}", gen_s)
+    capsys.readouterr()
+    code, out, err = run_main(capsys, "reference", "set", "j17", "--from", "R0", "--db", db)
+    assert code == 0 and "gen_s: {max: 67.5" in out
+    assert "gen_s from 1 passed run" in err and "below 6" in err
+    assert "stored for j17;" in err and "replaces" not in err
+    code, out, err = run_main(capsys, "reference", "set", "j17", "--from", "R0", "--db", db, "--json")
+    assert json.loads(out)["warnings"][0].startswith("a reference from few samples (gen_s from 1 passed run)")
+    sources = [a for i in range(6) for a in ("--from", f"R{i}")]
+    code, out, err = run_main(capsys, "reference", "set", "j17", *sources, "--db", db, "--json")
+    data = json.loads(out)
+    assert data["samples"] == {"gen_s": 6} and data["replaces"]["perf"]["gen_s"]["max"] == 67.5
+    assert data["warnings"] == [] and err == ""
+    code, out, err = run_main(capsys, "reference", "set", "j17", *sources, "--db", db)
+    assert code == 0 and "few samples" not in err
+    assert "stored for j17 (replaces gen_s max 67.95 (5%) from run 1 (R0), run 2 (R1)" in err, err
+
+    code, out, _ = run_main(capsys, "reference", "show", "--db", db, "--json")
+    shown = json.loads(out)
+    assert [r["experiment"] for r in shown] == ["j17"] and shown[0]["perf"]["gen_s"]["max"] == 67.95
+    code, out, _ = run_main(capsys, "reference", "show", "--db", db)
+    assert "1 stored reference(s)" in out and "j17" in out and "gen_s max 67.95" in out
+    code, out, _ = run_main(capsys, "reference", "show", "j17", "--db", db)
+    assert code == 0 and "max: 67.95" in out
+
+    code, out, _ = run_main(capsys, "reference", "unset", "j17", "--db", db)
+    assert code == 0 and "removed the reference of j17: gen_s max 67.95" in out
+    assert json.loads(run_main(capsys, "reference", "show", "--db", db, "--json")[1]) == []
+    for args in (("unset", "j17"), ("show", "j18")):
+        code, out, err = run_main(capsys, "reference", *args, "--db", db)
+        assert code == 2 and out == "" and "no reference stored for" in err, err
+    # a run judged after the unset is not checked: a slow one passes with no reference (exit 0, not 4)
+    _ingest(cli, tmp_path, db, "SLOW", 101.3)
+    assert cli("verdict", "SLOW", "--db", db).exit_code == 0

@@ -31,9 +31,9 @@ def reference_set(experiment: ExperimentArg,
     """Set an experiment's performance reference from measured medians: print the `expect.perf` block, store it
     for the experiment (runs judged or ingested later are checked against it), and with --spec write it there.
     Nothing is stored when the spec cannot take it (not YAML, a layout it cannot edit); a spec that names another
-    experiment is warned about."""
-    from ..perf import (SpecLayoutError, parse_tolerance, perf_yaml, reference_from,
-                        save_reference, spec_mismatch, write_into_spec)
+    experiment is warned about, and so is a reference from fewer than 6 passed runs."""
+    from ..perf import (SpecLayoutError, describe_reference, few_samples_warning, parse_tolerance, perf_yaml,
+                        reference_from, save_reference, spec_mismatch, write_into_spec)
     from ..reference_source import samples_from
     from ..specload import read_spec_text
 
@@ -51,14 +51,56 @@ def reference_set(experiment: ExperimentArg,
             raise
         if mismatch:
             output.warn(mismatch)
-    save_reference(store, experiment, block, described)
+    few = few_samples_warning(found, block)
+    replaced = save_reference(store, experiment, block, described)
     if new_text is not None:
         spec.write_text(new_text, encoding="utf-8")
         output.info(f"wrote expect.perf into {spec}")
+    if json:  # the warning and what was replaced are data here, so stderr stays for failures
+        output.emit_json({"experiment": experiment, "from": described, "perf": block,
+                          "samples": {m: len(found.get(m) or []) for m in block},
+                          "replaces": replaced.to_json() if replaced else None, "warnings": [few] if few else []})
+        return
+    if few:
+        output.warn(few)
+    output.info(f"stored for {experiment}" + (f" (replaces {describe_reference(replaced)})" if replaced else "")
+                + f"; `dsv4ctl reference show {experiment}` shows it, `reference unset {experiment}` removes it")
+    output.raw(perf_yaml(block))
+
+
+@reference_app.command("show")
+def reference_show(experiment: Annotated[Optional[str], typer.Argument(
+                       help="Experiment name [default: every stored reference].")] = None,
+                   db: DbOpt = None, json: JsonOpt = False) -> None:
+    """The references stored by `reference set`: per experiment its bounds, the runs they were measured on and
+    when. A spec's own expect.perf is in the spec, not here. An experiment with none exits 2."""
+    from ..perf import describe_reference, perf_yaml, reference_of, stored_references
+
+    store = open_store(db, must_exist=True)
+    found = [reference_of(store, experiment)] if experiment is not None else stored_references(store)
     if json:
-        output.emit_json({"experiment": experiment, "from": described, "perf": block})
+        output.emit_json([r.to_json() for r in found])
+    elif experiment is not None:
+        output.info(describe_reference(found[0]))
+        output.raw(perf_yaml(found[0].perf))
     else:
-        output.raw(perf_yaml(block))
+        output.table(f"{len(found)} stored reference(s)", ["experiment", "reference", "set"],
+                     [(r.experiment, describe_reference(r).split(" from ")[0],
+                       f"{r.set_at[:16].replace('T', ' ')} from {r.source}") for r in found])
+
+
+@reference_app.command("unset")
+def reference_unset(experiment: ExperimentArg, db: DbOpt = None, json: JsonOpt = False) -> None:
+    """Remove the reference stored for an experiment: runs judged or ingested later are not checked against it
+    (checks already recorded stay; a spec's expect.perf still applies). An experiment with none exits 2."""
+    from ..perf import describe_reference, unset_reference
+
+    store = open_store(db, must_exist=True)
+    removed = unset_reference(store, experiment)
+    if json:
+        output.emit_json({"experiment": experiment, "removed": removed.to_json()})
+    else:
+        output.text(f"removed the reference of {experiment}: {describe_reference(removed)}")
 
 
 def history(experiment: ExperimentArg,
