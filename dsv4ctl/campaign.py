@@ -170,11 +170,11 @@ def submit(store: Store, spec_paths: list[Path], backend: str | None = None, *, 
             rows = store.runs_by_ids(run_ids)
             submit_rows(store, scheduler, rows, array=Path(rows[0].script_path).parent != Path(rows[0].run_dir),
                         outcome=outcome)
+        store.mark_submitted(campaign_id)
     except KeyboardInterrupt:
         from .inflight import interrupted
 
         raise interrupted(store, name, outcome.run_ids) from None  # which jobs are queued, how to cancel them
-    store.mark_submitted(campaign_id)
     return outcome
 
 

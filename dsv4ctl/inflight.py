@@ -24,8 +24,7 @@ class RunInFlight(Dsv4Error):
 
         state = status.state if status else row.state
         detail = (status.state_detail if status else row.state_detail) or ""
-        started = (status.started_at if status else None) or row.data.get("started_at")
-        if normalise(state) == "RUNNING" or started:
+        if normalise(state) not in ("PENDING", "SUBMITTING"):  # a pending job's Start is sacct's expected start
             elapsed = status.elapsed_s if status and status.elapsed_s is not None else elapsed_of(row)
             since = f"running for {clock(elapsed)}" if elapsed is not None else "running"
         else:

@@ -150,3 +150,90 @@ def test_human_units():
     assert seconds_short(0.021918058395385742) == "21.9 ms" and seconds_short(8.04564) == "8.05 s"
     assert utc("2026-12-01T22:30:00+01:00") == "2026-12-01T21:30:00+00:00"
     assert utc("2026-12-01T22:30:00").endswith("+00:00")
+
+
+# ---- live Slurm: M1 a wait that cannot end, M2 a verdict asked too early, M7 Ctrl-C after submission ------------
+
+from .test_slurm import cluster, spec_file  # noqa: E402, F401 - the live cluster fixture
+
+
+def _stuck_spec(tmp_path):
+    """64 CPUs on a node of 2: Slurm queues it PENDING (PartitionConfig) for good (EnforcePartLimits=NO)."""
+    return spec_file(tmp_path, "stuck", {"REPLAY_LOG": str(LOGS / "J17.log")}, slurm='gres: "dcu:1", cpus_per_task: 64')
+
+
+def _job_state(job_id: str) -> str:
+    done = external.run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+    return (done.stdout or "").strip()
+
+
+@pytest.mark.slurm
+def test_a_wait_on_a_job_that_can_never_start_stops_at_once_and_leaves_it(cluster, tmp_path):
+    db = tmp_path / "r.db"
+    started = time.monotonic()
+    done = run("submit", _stuck_spec(tmp_path), "--backend", "slurm", "--wait", "--db", db,
+               "--runs-dir", tmp_path / "runs", timeout=120)
+    row = open_store(db).find_run("latest")
+    try:
+        assert done.returncode == 1, (done.returncode, done.stderr[-500:])
+        assert time.monotonic() - started < 90
+        assert "can never start as submitted" in done.stderr and "PartitionConfig" in done.stderr
+        assert f"dsv4ctl cancel {row.label}" in done.stderr and "left queued" in done.stderr
+        assert _job_state(row.job_id) == "PENDING"  # --on-stuck leave (the default): still queued
+        # M2: a verdict asked while it is pending says so, exit 5, and stores nothing
+        early = run("verdict", row.label, "--db", db)
+        assert early.returncode == 5, (early.returncode, early.stderr)
+        assert "is PENDING" in early.stderr and "PartitionConfig" in early.stderr and "no verdict yet" in early.stderr
+        assert "queued for 00:0" in early.stderr and "INCOMPLETE" not in early.stdout
+        assert open_store(db).verdict(row.id) is None
+        counts = json.loads(run("campaigns", "--json", "--db", db).stdout)
+        counts = counts if isinstance(counts, list) else counts.get("campaigns", counts)
+        first = counts[0]
+        assert first["running"] == 1 and first["failed"] == 0 and first["passed"] == 0, first
+    finally:
+        external.run(["scancel", row.job_id])
+
+
+@pytest.mark.slurm
+def test_on_stuck_cancel_cancels_the_job(cluster, tmp_path):
+    db = tmp_path / "r.db"
+    done = run("submit", _stuck_spec(tmp_path), "--backend", "slurm", "--wait", "--on-stuck", "cancel",
+               "--db", db, "--runs-dir", tmp_path / "runs", timeout=120)
+    row = open_store(db).find_run("latest")
+    try:
+        assert done.returncode == 1 and "cancelled (--on-stuck cancel)" in done.stderr, done.stderr[-500:]
+        for _ in range(20):
+            if _job_state(row.job_id) in ("", "CANCELLED"):
+                break
+            time.sleep(0.5)
+        assert _job_state(row.job_id) in ("", "CANCELLED")
+    finally:
+        external.run(["scancel", row.job_id])
+
+
+@pytest.mark.slurm
+def test_ctrl_c_after_the_jobs_were_queued_names_them_and_the_cancel_command(cluster, tmp_path):
+    db = tmp_path / "r.db"
+    spec = spec_file(tmp_path, "sleepy", {"REPLAY_SLEEP": "600"}, slurm='gres: "dcu:1"')
+    env = {**os.environ, "COLUMNS": "100"}
+    proc = subprocess.Popen([*DSV4CTL, "submit", str(spec), "--backend", "slurm", "--repeats", "2", "--no-array",
+                             "--wait", "--campaign", "ctrlc", "--db", str(db), "--runs-dir", str(tmp_path / "runs")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # as soon as one job is recorded: mid-submission or in the wait
+            if db.exists() and any(r.job_id for r in open_store(db).runs()):
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        jobs = [r.job_id for r in open_store(db).runs() if r.job_id]
+        assert jobs and "already queued in campaign ctrlc" in err and all(j in err for j in jobs), err
+        assert "dsv4ctl cancel --campaign ctrlc" in err and "status --campaign ctrlc --watch" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for row in open_store(db).runs() if db.exists() else []:
+            if row.job_id:
+                external.run(["scancel", row.job_id])

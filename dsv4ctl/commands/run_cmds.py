@@ -132,10 +132,16 @@ def submit(specs: SpecsArg,
                               runs_root=configured_runs_dir(runs_dir), array=array, command=command,
                               planned=planned, pairs=pairs)
     submitted = f"campaign {outcome.campaign}: {outcome.submitted} submitted, {len(outcome.failed)} failed to submit"
-    if wait:
-        if not json:
-            output.text(submitted)  # the submission line first, before the live table (issue 26 m22)
-        _watch_until_done(store, outcome.run_ids, timeout_s=timeout, on_stuck=on_stuck, campaign=outcome.campaign)
+    try:
+        if wait:
+            if not json:
+                output.text(submitted)  # the submission line first, before the live table (issue 26 m22)
+            _watch_until_done(store, outcome.run_ids, timeout_s=timeout, on_stuck=on_stuck,
+                              campaign=outcome.campaign)
+    except KeyboardInterrupt:
+        from ..inflight import interrupted
+
+        raise interrupted(store, outcome.campaign, outcome.run_ids) from None
     rows = store.runs_by_ids(outcome.run_ids)
     if json:
         output.emit_json({"campaign": outcome.campaign, "runs": [_run_json(store, r) for r in rows]})
