@@ -113,6 +113,14 @@ def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
                     + (" …" if len(v.noise) > 6 else ""), style="dim")
 
 
+COUNT_UNITS = {"request_throughput": " req/s", "output_throughput": " tok/s", "total_token_throughput": " tok/s",
+               "request_goodput": " req/s", "duration": " s"}
+# What vllm bench serve's max_concurrent_requests counts (judge/serving.py `_peaks`): read as the client's
+# concurrency it looks like a broken max_concurrency (11 with max_concurrency 8), issue 26 m24.
+CONCURRENCY_NOTE = ("max_concurrent_requests: vLLM's peak over one-second buckets from the first send; a request "
+                    "counts in every second it spans, so it can exceed load.max_concurrency")
+
+
 def show_metrics(metrics: dict[str, float]) -> None:
     """A run's stored metrics; a serve run's as vllm bench serve prints them (latencies in a table)."""
     from .judge.serving import COUNTS, is_serve_summary, latency_table, summary_names
@@ -122,7 +130,10 @@ def show_metrics(metrics: dict[str, float]) -> None:
         output.table("Serving latency (ms)", ["metric", "mean", "median", "p95", "p99"],
                      [(name, *("-" if v is None else f"{v:.2f}" for v in values))
                       for name, values in latency_table(metrics)])
-        output.text("serving: " + ", ".join(f"{k}={metrics[k]:g}" for k in COUNTS if k in metrics))
+        output.text("serving: " + ", ".join(f"{k}={metrics[k]:g}" + COUNT_UNITS.get(k, "")
+                                            for k in COUNTS if k in metrics))
+        if "max_concurrent_requests" in metrics:
+            output.text(f"  {CONCURRENCY_NOTE}", style="dim")
         rest = {k: v for k, v in metrics.items() if k not in summary_names()}
     if rest:
         output.text("metrics: " + ", ".join(f"{k}={v:g}" for k, v in rest.items()))

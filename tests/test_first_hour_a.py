@@ -121,3 +121,23 @@ def test_sweep_of_a_spec_with_no_matrix_is_refused_and_submits_nothing(write_spe
     store = Store(db)
     assert store.runs() == [] and store.campaigns() == []
     _require_matrix(write_spec(BASE_SPEC + "matrix:\n  sampling.max_tokens: [16, 32]\n", "mx.yaml"))  # no error
+
+
+# ---- m24: show says what max_concurrent_requests counts -----------------------------------------------------------
+
+
+def test_show_of_a_serve_run_says_max_concurrent_requests_is_vllm_s_one_second_bucket_count(tmp_path):
+    from .serving_runs import load_records, write_run
+
+    raw = write_run(tmp_path / "serve-run", load_records())
+    db = tmp_path / "r.db"
+    ingest = dsv4("ingest", "--log", raw, "--experiment", "cpu-serve", "--db", db)
+    assert ingest.returncode == 0, ingest.stderr
+    shown = dsv4("show", "latest", "--db", db)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    [serving] = [line for line in lines if line.startswith("serving: ")]
+    assert "max_concurrent_requests=" in serving and "duration=" in serving and " s" in serving
+    note = lines[lines.index(serving) + 1]
+    assert "max_concurrent_requests: vLLM's peak over one-second buckets" in note
+    assert "can exceed load.max_concurrency" in note
