@@ -237,3 +237,15 @@ def test_ctrl_c_after_the_jobs_were_queued_names_them_and_the_cancel_command(clu
         for row in open_store(db).runs() if db.exists() else []:
             if row.job_id:
                 external.run(["scancel", row.job_id])
+
+
+# ---- m17: a sacct record of another job, --job-id without --sacct ------------------------------------------------
+
+
+def test_verdict_says_when_the_sacct_record_is_another_job(tmp_path):
+    mismatched = run("verdict", "--log", LOGS / "J17.log", "--sacct", LOGS / "J08.sacct")
+    assert "the sacct record J08.sacct is job J08, the log's is 12345" in mismatched.stderr, mismatched.stderr
+    meant = run("verdict", "--log", LOGS / "J17.log", "--sacct", LOGS / "J08.sacct", "--job-id", "J08")
+    assert meant.returncode == 0 and "the log's is" not in meant.stderr
+    alone = run("verdict", "--log", LOGS / "J17.log", "--job-id", "999")
+    assert alone.returncode == 2 and "--job-id 999 picks a job of the --sacct text" in alone.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -90,7 +91,39 @@ def _judge_log(log: Path, sacct: Path | None, mode: str | None, *, job_id: str |
 
     options = VerdictOptions(bos_id=bos_id, max_repeat_run=max_repeat_run, expected_tokens=max_tokens,
                              ignore_eos=ignore_eos, expected_requests=requests)
+    _check_sacct_matches(log, sacct, job_id)
     return judge_log(log, sacct, job_id=job_id, mode=mode, options=options).verdict
+
+
+_LOG_JOB = re.compile(rb"DSV4_JOB:[^\n]*?\bjob=([^\s]+)")
+
+
+def _check_sacct_matches(log: Path, sacct: Path | None, job_id: str | None) -> None:
+    """Refuse a sacct record of another job than the log's (issue 26 m17): the log's DSV4_JOB line names its job,
+    and a one-job sacct file of a different job would judge the log with someone else's exit and state. --job-id
+    says which record to take (it needs --sacct, else a usage error)."""
+    from ..errors import UsageError
+    from ..judge.sacct import SacctParseError, parse_sacct
+
+    if sacct is None:
+        if job_id is not None:
+            raise UsageError(f"--job-id {job_id} picks a job of the --sacct text: give --sacct FILE too")
+        return
+    if job_id is not None:
+        return
+    try:
+        with open(log, "rb") as f:
+            found = _LOG_JOB.search(f.read(64 * 1024))
+        records = parse_sacct(sacct.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SacctParseError):
+        return  # judge_log says what is unreadable
+    jobs = sorted({r.job_id for r in records})
+    if not found or len(jobs) != 1:
+        return
+    logs_job = found.group(1).decode("utf-8", "replace").partition("_")[0]
+    if logs_job != jobs[0]:  # a warning, not a refusal: a log copied from another cluster keeps its old job id
+        output.warn(f"the sacct record {sacct.name} is job {jobs[0]}, the log's is {logs_job}: judged with it "
+                    f"anyway; give the log's own record, or --job-id {jobs[0]} to say this one is meant")
 
 
 def check_exit_codes(value: str) -> str:
