@@ -56,7 +56,7 @@ class PlannedRun:
     point: dict
     repeat: int
     of: int = 1  # how many repeats of this point the submission makes
-    label: str | None = None  # None: the store gives it J<run id>
+    label: str | None = None  # None: the store gives it r<run id>
 
 
 def apply_labels(runs: list[PlannedRun], label: str | None = None) -> list[PlannedRun]:

@@ -213,8 +213,8 @@ def _ingest_copy(store: Store, log: Path, sacct: Path | None, target: Path, toke
     experiment_id = store.experiment_id(experiment, hashlib.sha256(text.encode()).hexdigest()[:12], text, str(log))
     verdict = judgement.verdict
     sched = verdict.scheduler or {}
-    if label is None and sched.get("job_id") and _label_like(sched["job_id"]):
-        label = store.free_label(sched["job_id"])
+    if label is None and sched.get("job_id") and _label_like(sched["job_id"]) and store.label_free(sched["job_id"]):
+        label = sched["job_id"]  # its job id when free (J08); else the automatic r<run id>, never J08-2
     run_id = store.add_run(experiment_id=experiment_id, backend="ingest", token=token, label=label,
         state=sched.get("state") or "INGESTED",
         job_id=sched.get("job_id"), exit_code=sched.get("exit_code"), signal=sched.get("signal"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -45,6 +46,17 @@ class CampaignNotFound(RunNotFound):
 
 class LabelTaken(UsageError):
     """A label is already used by another run of this database."""
+
+
+AUTO_LABEL = re.compile(r"r[0-9]+")  # r<run id>: the labels dsv4ctl gives, never one a user chooses
+
+
+def check_chosen_label(label: str) -> str:
+    """A label a user (or a spec's `label:`) chose: refused when it has the automatic labels' shape."""
+    if AUTO_LABEL.fullmatch(label):
+        raise UsageError(f"label {label!r} has the shape of the automatic labels (r<run id>): choose another "
+                         "(J18, baseline-1, ...)")
+    return label
 
 
 def closest(word: str, known: Iterable[str]) -> str:
@@ -377,16 +389,23 @@ class Store:
     # -- runs --
 
     def add_run(self, **fields: Any) -> int:
-        """Record a run; with no `label`, it gets J<run id> (or the next free J<run id>-N)."""
+        """Record a run; with no `label`, it gets the automatic r<run id>. Automatic labels have a namespace of
+        their own (issue 26 m1): a chosen label of that shape is refused, and a chosen label already taken is
+        refused (LabelTaken), never suffixed."""
         fields.setdefault("updated_at", now())
         label = fields.pop("label", None)
         with self.transaction():
             if label is not None:
+                check_chosen_label(label)
                 self._check_label_free(label)
             run_id = self.db["runs"].insert({k: bindable(v) for k, v in fields.items()}).last_pk
-            self.db.execute("UPDATE runs SET label = ? WHERE id = ?", [label or self.free_label(f"J{run_id}"),
+            # free_label only for a database from before this rule, where someone may have chosen r<id>
+            self.db.execute("UPDATE runs SET label = ? WHERE id = ?", [label or self.free_label(f"r{run_id}"),
                                                                        run_id])
             return run_id
+
+    def label_free(self, label: str) -> bool:
+        return self.db.execute("SELECT 1 FROM runs WHERE label = ?", [label]).fetchone() is None
 
     def _check_label_free(self, label: str) -> None:
         taken = self.db.execute("SELECT id FROM runs WHERE label = ?", [label]).fetchone()

@@ -65,7 +65,7 @@ def test_json_errors_go_to_stderr_as_one_object(capsys, db):
 
 def test_one_run_shape_from_runs_show_and_status(cli, db):
     from_runs = json.loads(cli("runs", "--db", db, "--json").stdout)[0]
-    from_show = json.loads(cli("show", "J1", "--db", db, "--json").stdout)
+    from_show = json.loads(cli("show", "r1", "--db", db, "--json").stdout)
     assert from_runs == from_show
     assert isinstance(from_show["switches"], dict) and isinstance(from_show["tags"], list)
     assert isinstance(from_show["point"], dict) and not any(k.endswith("_json") for k in from_show)

@@ -93,8 +93,8 @@ def test_ab_with_one_spec_is_a_usage_error_and_the_same_spec_twice_warns(tmp_pat
 def test_cancel_of_an_ingested_or_finished_run_says_so(tmp_path):
     db = tmp_path / "r.db"
     ingest(db)
-    done = run("cancel", "J1", "--db", db)
-    assert done.returncode == 0 and "J1 was ingested: nothing to cancel" in done.stdout, done.stderr
+    done = run("cancel", "r1", "--db", db)
+    assert done.returncode == 0 and "r1 was ingested: nothing to cancel" in done.stdout, done.stderr
     store = open_store(db)
     experiment = store.db.execute("SELECT id FROM experiments").fetchone()[0]
     store.add_run(experiment_id=experiment, token="t2", state="CANCELLED", job_id="4711", backend="slurm",
@@ -249,3 +249,24 @@ def test_verdict_says_when_the_sacct_record_is_another_job(tmp_path):
     assert meant.returncode == 0 and "the log's is" not in meant.stderr
     alone = run("verdict", "--log", LOGS / "J17.log", "--job-id", "999")
     assert alone.returncode == 2 and "--job-id 999 picks a job of the --sacct text" in alone.stderr
+
+
+# ---- m1: labels in their own namespace --------------------------------------------------------------------------
+
+
+def test_automatic_labels_never_collide_with_chosen_ones(tmp_path):
+    from dsv4ctl.store import LabelTaken, Store
+    from dsv4ctl.errors import UsageError
+
+    store = Store(tmp_path / "r.db")
+    experiment = store.experiment_id("e", "h", "{}", "src")
+    store.add_run(experiment_id=experiment, token="a", state="PLANNED", ingested=0, label="J2")
+    second = store.add_run(experiment_id=experiment, token="b", state="PLANNED", ingested=0)
+    assert store.find_run(str(second)).label == "r2" and store.find_run("J2").id == 1
+    with pytest.raises(UsageError, match="shape of the automatic labels"):
+        store.add_run(experiment_id=experiment, token="c", state="PLANNED", ingested=0, label="r7")
+    with pytest.raises(LabelTaken, match="taken by run 1"):
+        store.add_run(experiment_id=experiment, token="d", state="PLANNED", ingested=0, label="J2")
+    spec = FIXTURES.parent.parent / "experiments" / "cpu-smoke.yaml"
+    refused = run("submit", spec, "--dry-run", "--backend", "local", "--label", "r5")
+    assert refused.returncode == 2 and "automatic labels" in refused.stderr

@@ -50,12 +50,12 @@ def test_labels_are_unique_and_default_to_the_run_id(tmp_path):
     store = Store(tmp_path / "r.db")
     experiment = store.experiment_id("e", "h", "{}", "src")
     first = store.add_run(experiment_id=experiment, token="a", state="PLANNED", ingested=0)
-    assert store.find_run("J1").id == first
+    assert store.find_run("r1").id == first  # issue 26 m1: automatic labels are r<run id>, their own namespace
     store.add_run(experiment_id=experiment, token="b", state="PLANNED", ingested=0, label="J3")
     third = store.add_run(experiment_id=experiment, token="c", state="PLANNED", ingested=0)
-    assert store.find_run(str(third)).label == "J3-2"  # J3 was taken by hand
+    assert store.find_run(str(third)).label == "r3"  # J3 chosen by hand never collides with it
     with pytest.raises(LabelTaken):
-        store.add_run(experiment_id=experiment, token="d", state="PLANNED", ingested=0, label="J1")
+        store.add_run(experiment_id=experiment, token="d", state="PLANNED", ingested=0, label="J3")
 
 
 def test_an_old_database_gets_labels_for_its_runs(tmp_path):
@@ -90,7 +90,7 @@ def test_ingest_labels_by_job_id_and_rejudging_keeps_the_recorded_sacct(cli, tmp
     assert "(mine)" in second.stdout
     third = json.loads(cli("ingest", "--log", LOGS / "J08.log", "--sacct", LOGS / "J08.sacct", "--experiment",
                            "report", "--db", db, "--json", "--again").stdout)
-    assert third["label"] == "J08-2"
+    assert third["label"] == "r3"  # J08 is taken: the automatic label, never a J08-2 suffix (issue 26 m1)
 
 
 def test_compare_takes_labels(cli, tmp_path):

@@ -48,12 +48,14 @@ def check_label(value: str | None) -> str | None:
     if value is not None and (not re.fullmatch(LABEL_PATTERN, value) or value in RESERVED_LABELS):
         raise typer.BadParameter(f"{value!r} is not a label: start with a letter, then letters, digits, . _ - "
                                  "(at most 64; not `latest`)")
+    if value is not None and re.fullmatch(r"r[0-9]+", value):
+        raise typer.BadParameter(f"{value!r} has the shape of the automatic labels (r<run id>): choose another")
     return value
 
 
 LabelOpt = Annotated[Optional[str], typer.Option(
-    callback=check_label, help="Name the run (J18); several runs get J18.1, J18.2, ... [default: the spec's "
-                               "label, else J<run id>].")]
+    callback=check_label, help="Name the run (J18); several runs get J18.1, J18.2, ... A label taken is "
+                               "refused [default: the spec's label, else r<run id>].")]
 
 
 def open_store(db: Path | None, must_exist: bool = False):

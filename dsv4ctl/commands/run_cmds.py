@@ -125,7 +125,7 @@ def submit(specs: SpecsArg,
         else:
             output.table(f"would submit {len(rows)} run(s) on {resolve_backend(backend)}",
                          ["name", "label", "repeat", "spec"],
-                         [(r["name"], r["label"] or "(J<run id>)", r["repeat"], r["spec_hash"]) for r in rows])
+                         [(r["name"], r["label"] or "(r<run id>)", r["repeat"], r["spec_hash"]) for r in rows])
         return
     command = shlex.join(["dsv4ctl", *sys.argv[1:]])
     outcome = submit_campaign(store, specs, backend, repeats=repeats, campaign=campaign,
@@ -352,8 +352,8 @@ def ingest(log: Annotated[Path, typer.Option("--log", help="Raw log of an earlie
            = None,
            tag: Annotated[Optional[list[str]], typer.Option(help="A tag (repeatable).")] = None,
            label: Annotated[Optional[str], typer.Option(
-               callback=check_label, help="Name the run [default: the job id of its sacct record (J08), else "
-                                          "J<run id>].")] = None,
+               callback=check_label, help="Name the run [default: the job id of its sacct record (J08) when "
+                                          "free, else r<run id>].")] = None,
            git_sha: Annotated[Optional[str], typer.Option(
                help="The commit it ran (for `dsv4ctl history`).")] = None,
            mode: Annotated[Optional[str], typer.Option(
