@@ -47,6 +47,8 @@ class SubmitOutcome:
     run_ids: list[int] = field(default_factory=list)
     submitted: int = 0
     failed: list[tuple[int, str]] = field(default_factory=list)
+    why: dict[int, str] = field(default_factory=dict)  # resume: why each run is resubmitted
+    kept: int = 0  # resume: runs left as they are (judged, or still in flight)
 
 
 @dataclass
@@ -283,9 +285,16 @@ def submit_rows(store: Store, scheduler: Scheduler, rows: list[RunRow], *, array
     _fault_after_submit()
     for i, (row, token) in enumerate(zip(rows, tokens)):
         store.update_run_if(row.id, SUBMITTING, token, state="PENDING", job_id=f"{job_id}_{i}" if array else job_id,
-                            array_task=str(i) if array else None, submit_message=None, script_path=str(script))
+                            array_task=str(i) if array else None, submit_message=None, script_path=str(script),
+                            **_FRESH_JOB)
         outcome.submitted += 1
     return True
+
+
+# What a new job starts without: the last job's detail, exit and times never show on the new one (m9: `PENDING
+# (by 0)` after a resume of a cancelled run).
+_FRESH_JOB = dict.fromkeys(("state_detail", "state_source", "exit_code", "signal", "elapsed_s", "max_rss_kib",
+                            "node", "started_at", "ended_at", "judge_error"))
 
 
 def _write_script(script: Path, spec: ExperimentSpec, token: str, array: bool) -> None:
@@ -337,6 +346,17 @@ def _to_redo(row: RunRow, judged: set[int]) -> bool:
     return row.state in FINAL and row.id not in judged and not row.data.get("judge_error")
 
 
+def _why_redo(row: RunRow) -> str:
+    """Why `resume` resubmits a run, said for each (issue 26 m9): a user's cancel is never undone silently."""
+    if row.state == PLANNED:
+        return "never submitted"
+    if row.state == SUBMIT_FAILED:
+        return "its submission failed" + (f" ({row.submit_message[:80]})" if row.data.get("submit_message") else "")
+    return (f"job {row.job_id} ended {row.state}" + (f" ({row.state_detail})" if row.data.get("state_detail") else "")
+            + " before it was judged" + (" (a cancel is undone by this resubmission)"
+                                          if row.state.startswith("CANCELLED") else ""))
+
+
 def resume(store: Store, campaign: str) -> SubmitOutcome:
     """Resubmit the runs of a campaign that never got a job or never produced a verdict; nothing else."""
     info = store.campaign(campaign)
@@ -352,7 +372,7 @@ def resume(store: Store, campaign: str) -> SubmitOutcome:
     judged = set(store.verdict_summaries([r.id for r in rows]))
     redo = [r for r in rows if _to_redo(r, judged)]
     write_snapshots(store, redo)
-    outcome = SubmitOutcome(campaign)
+    outcome = SubmitOutcome(info["name"], why={r.id: _why_redo(r) for r in redo}, kept=len(rows) - len(redo))
     for row in redo:
         # Claimed as it was read when chosen: if another process submitted it since, the claim fails. (Reading it
         # again here would see it PENDING under the other's token, and claim and submit it a second time.)

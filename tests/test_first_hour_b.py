@@ -270,3 +270,28 @@ def test_automatic_labels_never_collide_with_chosen_ones(tmp_path):
     spec = FIXTURES.parent.parent / "experiments" / "cpu-smoke.yaml"
     refused = run("submit", spec, "--dry-run", "--backend", "local", "--label", "r5")
     assert refused.returncode == 2 and "automatic labels" in refused.stderr
+
+
+# ---- m9: resume says what it resubmits and why, and no stale detail ---------------------------------------------
+
+
+def test_resume_says_why_and_clears_the_last_jobs_detail(tmp_path):
+    db = tmp_path / "r.db"
+    spec = spec_file(tmp_path, "sleepy", {"REPLAY_SLEEP": "600"}, slurm='gres: "dcu:1"')
+    done = run("submit", spec, "--backend", "local", "--campaign", "res", "--db", db, "--runs-dir", tmp_path / "runs")
+    assert done.returncode == 0, done.stderr
+    try:
+        store = open_store(db)
+        row = store.find_run("latest")
+        assert run("cancel", row.label, "--db", db).returncode == 0
+        # as a poll records a cancel before the job is judged (sacct settling): CANCELLED, detail, no verdict
+        store.update_run(row.id, state="CANCELLED", state_detail="by 0", exit_code=0, signal=15)
+        resumed = run("resume", "latest", "--db", db)
+        assert resumed.returncode == 0, resumed.stderr
+        assert f"resubmitting run {row.id} ({row.label}): job {row.job_id} ended CANCELLED (by 0) before it was " \
+               "judged (a cancel is undone by this resubmission)" in resumed.stdout, resumed.stdout
+        assert "campaign res:" in resumed.stdout and "campaign latest" not in resumed.stdout
+        fresh = open_store(db).find_run(str(row.id))
+        assert fresh.job_id != row.job_id and fresh.state_detail is None and fresh.exit_code is None
+    finally:
+        run("cancel", "--campaign", "res", "--db", db)

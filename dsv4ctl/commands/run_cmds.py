@@ -332,13 +332,17 @@ def resume(campaign: Annotated[str, typer.Argument(callback=check_campaign, help
     store = open_store(db, must_exist=True)
     outcome = resume_campaign(store, campaign)
     if wait and outcome.run_ids:
-        _watch_until_done(store, outcome.run_ids, quiet=json)
+        _watch_until_done(store, outcome.run_ids, quiet=json, campaign=outcome.campaign)
     rows = store.runs_by_ids(outcome.run_ids)
     if json:
-        output.emit_json({"campaign": campaign, "resubmitted": [_run_json(store, r) for r in rows]})
+        output.emit_json({"campaign": outcome.campaign, "resubmitted": [
+            {**_run_json(store, r), "why": outcome.why.get(r.id)} for r in rows], "kept": outcome.kept})
     else:
-        _runs_table(store, rows, f"campaign {campaign}: {outcome.submitted} resubmitted, "
-                                 f"{len(outcome.failed)} failed to submit")
+        for row in rows:
+            output.text(f"resubmitting run {row.id} ({row.label}): {outcome.why.get(row.id)}")
+        _runs_table(store, rows, f"campaign {outcome.campaign}: {outcome.submitted} resubmitted, "
+                                 f"{len(outcome.failed)} failed to submit, {outcome.kept} left as they are "
+                                 "(judged or in flight)")
     raise typer.Exit(1 if outcome.failed else 0)
 
 
