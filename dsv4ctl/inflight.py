@@ -85,8 +85,15 @@ class Interrupted(Dsv4Error):
 def interrupted(store: Store, campaign: str, run_ids: list[int]) -> Interrupted:
     """What a Ctrl-C during a submit or its wait leaves behind (issue 26 M7): the runs queued or running, any run
     caught mid-submission, and the campaign's commands to cancel, follow or complete it."""
+    from .campaign import reconcile
     from .judge.states import SUBMITTING, is_waiting
 
+    for row in store.runs_by_ids(run_ids):  # a job sbatch queued just before the interrupt: found by its token
+        if row.state == SUBMITTING:
+            try:
+                reconcile(store, get_scheduler(row.backend), row)
+            except Dsv4Error:
+                pass  # the scheduler cannot say now: the run is named as being submitted below
     rows = store.runs_by_ids(run_ids)
     queued = [r for r in rows if r.job_id and is_waiting(r.state)]
     midway = [r for r in rows if r.state == SUBMITTING and not r.job_id]

@@ -214,7 +214,7 @@ def test_on_stuck_cancel_cancels_the_job(cluster, tmp_path):
 @pytest.mark.slurm
 def test_ctrl_c_after_the_jobs_were_queued_names_them_and_the_cancel_command(cluster, tmp_path):
     db = tmp_path / "r.db"
-    spec = spec_file(tmp_path, "sleepy", {"REPLAY_SLEEP": "600"}, slurm='gres: "dcu:1"')
+    spec = spec_file(tmp_path, "ctrlc-sleepy", {"REPLAY_SLEEP": "600"}, slurm='gres: "dcu:1"')
     env = {**os.environ, "COLUMNS": "100"}
     proc = subprocess.Popen([*DSV4CTL, "submit", str(spec), "--backend", "slurm", "--repeats", "2", "--no-array",
                              "--wait", "--campaign", "ctrlc", "--db", str(db), "--runs-dir", str(tmp_path / "runs")],
@@ -234,9 +234,13 @@ def test_ctrl_c_after_the_jobs_were_queued_names_them_and_the_cancel_command(clu
     finally:
         if proc.poll() is None:
             proc.kill()
-        for row in open_store(db).runs() if db.exists() else []:
-            if row.job_id:
-                external.run(["scancel", row.job_id])
+        # a job sbatch queued just before the interrupt may not be recorded yet: cancelled by its name too
+        queued = external.run(["squeue", "-h", "-o", "%i %j"]).stdout or ""
+        ours = [line.split()[0] for line in queued.splitlines() if line.split()[1:2]
+                and line.split()[1].startswith("ctrlc-sleepy.")]
+        ours += [row.job_id for row in (open_store(db).runs() if db.exists() else []) if row.job_id]
+        if ours:
+            external.run(["scancel", *ours])
 
 
 # ---- m17: a sacct record of another job, --job-id without --sacct ------------------------------------------------
