@@ -49,6 +49,22 @@ def _short(text: str | None, width: int = 24) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+def unlined_blocker(v: Verdict) -> str:
+    """A first blocker no log line holds, in words: `cancelled before start (scheduler)` for a job the scheduler
+    stopped before it printed anything (there is no line 0), else its message and kind."""
+    b = v.first_blocker
+    sched = v.scheduler or {}
+    if b.kind == "killed" and b.family == "scheduler" and not v.stage and not v.evidence.get("stages"):
+        state = str(sched.get("state") or (b.message.split() or ["stopped"])[0]).lower()
+        if not sched.get("elapsed_s"):
+            return f"{state} before start (scheduler)"
+        from .units import clock
+
+        return f"{state} after {clock(sched['elapsed_s'])}, before the job wrote a line (scheduler)"
+    kind = f"{b.family}: {b.kind}" if b.family else b.kind
+    return f"{' '.join(b.message.split())[:200]} ({kind})" if b.message else kind
+
+
 def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
     style = _STATUS_STYLE.get(v.status, "bold red")
     verdict_word = "PASSED" if v.passed else "NOT PASSED"
@@ -66,9 +82,12 @@ def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
         output.text("")
         # A serve run's blocker may come from server.log (its line numbers are that file's) or the request records.
         source = log.parent / "server.log" if b.evidence and str(b.evidence[0]).startswith("server.log") else log
-        output.markup(f"[bold]First blocker[/] ({'' if source == log else 'server.log '}line {b.line}, "
-                      + (f"{b.family}: " if b.family else "") + f"{b.kind}"
-                      + (f", {output.escape(b.process)}" if b.process else "") + ")")
+        if b.line > 0:
+            output.markup(f"[bold]First blocker[/] ({'' if source == log else 'server.log '}line {b.line}, "
+                          + (f"{b.family}: " if b.family else "") + f"{b.kind}"
+                          + (f", {output.escape(b.process)}" if b.process else "") + ")")
+        else:  # from no log line (the scheduler's record, the request records): no context to show, say it
+            output.markup(f"[bold]First blocker[/]: {output.escape(unlined_blocker(v))}")
         context = _context(source, b.line, v.evidence.get("line_prefixes") or []) \
             if b.line > 0 and source.is_file() else []
         for number, text in context:

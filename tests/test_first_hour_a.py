@@ -9,12 +9,14 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
 from dsv4ctl.specload import load_spec
 
-from .conftest import BASE_SPEC
+from .conftest import BASE_SPEC, FIXTURES
+from .test_slurm import cluster  # noqa: F401 - the live cluster fixture
 
 
 def dsv4(*args, cwd=None) -> subprocess.CompletedProcess:
@@ -141,3 +143,51 @@ def test_show_of_a_serve_run_says_max_concurrent_requests_is_vllm_s_one_second_b
     note = lines[lines.index(serving) + 1]
     assert "max_concurrent_requests: vLLM's peak over one-second buckets" in note
     assert "can exceed load.max_concurrency" in note
+
+
+# ---- m26: a run cancelled before it started has no line 0 ---------------------------------------------------------
+
+
+def test_offline_verdict_of_a_job_cancelled_before_start(tmp_path):
+    (tmp_path / "empty.log").write_text("", encoding="utf-8")
+    (tmp_path / "c.sacct").write_text("JobID|State|ExitCode|Elapsed|MaxRSS\n900|CANCELLED by 0|0:0|00:00:00|\n",
+                                      encoding="utf-8")
+    (tmp_path / "t.sacct").write_text("JobID|State|ExitCode|Elapsed|MaxRSS\n901|TIMEOUT|0:0|00:10:00|\n",
+                                      encoding="utf-8")
+    cancelled = dsv4("verdict", "--log", tmp_path / "empty.log", "--sacct", tmp_path / "c.sacct")
+    assert "First blocker: cancelled before start (scheduler)" in cancelled.stdout, cancelled.stdout
+    assert "line 0" not in cancelled.stdout
+    timed_out = dsv4("verdict", "--log", tmp_path / "empty.log", "--sacct", tmp_path / "t.sacct")
+    assert "First blocker: timeout after 00:10:00, before the job wrote a line (scheduler)" in timed_out.stdout
+    assert "line 0" not in timed_out.stdout
+
+
+@pytest.mark.slurm
+def test_verdict_of_a_slurm_run_cancelled_while_pending(cluster, tmp_path):  # noqa: F811
+    """A job held back by --begin, cancelled before it ever ran, judged by the watcher, then `verdict RUN`."""
+    from dsv4ctl import external
+    from dsv4ctl.campaign import submit
+    from dsv4ctl.store import open_store
+    from dsv4ctl.watch import poll_once
+
+    from .test_slurm import spec_file
+
+    spec = spec_file(tmp_path, "never-started", {"REPLAY_LOG": str(FIXTURES / "logs" / "J17.log")},
+                     slurm='gres: "dcu:1", extra: {begin: "now+3600"}')
+    db = tmp_path / "r.db"
+    store = open_store(db)
+    run_id = submit(store, [spec], "slurm", runs_root=tmp_path / "runs").run_ids[0]
+    job = store.find_run(str(run_id)).job_id
+    try:
+        assert dsv4("cancel", str(run_id), "--db", db).returncode == 0
+        for _ in range(60):
+            poll_once(store, [run_id])
+            if store.verdict_summaries([run_id]).get(run_id):
+                break
+            time.sleep(1)
+        shown = dsv4("verdict", str(run_id), "--db", db)
+        assert shown.returncode == 1, shown.stderr
+        assert "First blocker: cancelled before start (scheduler)" in shown.stdout, shown.stdout
+        assert "line 0" not in shown.stdout
+    finally:
+        external.run(["scancel", job])
