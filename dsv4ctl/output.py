@@ -107,11 +107,18 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
           styles: Sequence[str | None] | None = None) -> None:
     """A table sized to its content. On a terminal too narrow for it, the widest columns are elided in the middle
     (never folded over several lines: `--wide` shows them whole, `--json` has every value)."""
+    _console().print(fitted_table(title, columns, rows, styles, _console().width))
+
+
+def fitted_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+                 styles: Sequence[str | None] | None, width: int,
+                 elisions: Sequence[Any] | None = None) -> Any:
+    """`table`'s rich Table for a terminal `width` columns wide (the live wait table draws one every poll);
+    `elisions` per column: how a cell too wide is cut [default: `elide`, in the middle]."""
     from rich import box
     from rich.table import Table
 
     cells = [["" if cell is None else str(cell).replace("\n", " ") for cell in row] for row in rows]
-    width = _console().width
     narrow = width < 120
     if not wide():
         # A header may wrap at its spaces ("first / blocker"); a cell never does.
@@ -120,7 +127,9 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
         minimum = [min(n, max(h, 6)) for n, h in zip(natural, header)]
         gaps = len(columns) + 1 if narrow else 3 * len(columns) + 1  # a space between and around cells; or rules
         widths = fit_widths(natural, minimum, width - gaps)
-        cells = [[elide(cell, widths[i]) if i < len(widths) else cell for i, cell in enumerate(row)] for row in cells]
+        cut = list(elisions or []) + [None] * len(columns)
+        cells = [[(cut[i] or elide)(cell, widths[i]) if i < len(widths) else cell for i, cell in enumerate(row)]
+                 for row in cells]
     else:
         widths = [0] * len(columns)
     # On a narrow terminal no borders, one space between cells: the cells get the columns.
@@ -132,7 +141,31 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
                         min_width=widths[i] or None)
     for row in cells:
         grid.add_row(*(escape(cell) for cell in row))
-    _console().print(grid)
+    return grid
+
+
+def elide_message(text: str, width: int) -> str:
+    """A first blocker's message cut to `width`, its head kept whole where 8 characters are left after it (`line 40:
+    FileNotFoundError: …/tiny-qwen3/config.json`): the line and the exception type say what it is, the end where."""
+    import re
+
+    head = re.match(r"(line \d+: )?[\w.]+: ", text)
+    if head is None or len(text) <= width or len(head.group(0)) > width - 8:
+        return elide(text, width)
+    rest = width - len(head.group(0))
+    return head.group(0) + "…" + text[len(text) - (rest - 1):]
+
+
+def first_blocker_cell(verdict: dict | None) -> str:
+    """What stopped a judged run, as the wait table shows it: the first blocker's message with its line
+    (`line 40: FileNotFoundError: …/config.json`), its kind only where it has no message (issue 26 M5)."""
+    if not verdict or verdict.get("passed"):
+        return ""
+    message = " ".join(str(verdict.get("first_blocker_message") or "").split())
+    line = verdict.get("first_blocker_line")
+    if not message:
+        return str(verdict.get("first_blocker_kind") or "")
+    return (f"line {line}: " if line else "") + message
 
 
 class _LiveStatus:
@@ -174,18 +207,21 @@ class _LiveStatus:
             return
         from rich.console import Group
         from rich.progress_bar import ProgressBar
-        from rich.table import Table
         from rich.text import Text
 
-        grid = Table(show_header=True, header_style="bold")
-        for column in ("run", "label", "job", "state", "stage", "elapsed", "verdict"):
-            grid.add_column(column)
+        from .units import clock
+
+        cells = []
         for r in rows:
+            # One column for what a run is at: its stage while it runs, what stopped it once judged (the
+            # message, not its kind), so that 80 columns leave the message room.
             v = verdicts.get(r.id)
-            elapsed = elapsed_of(r)
-            grid.add_row(str(r.id), r.data.get("label") or "-", r.job_id or "-", r.state,
-                         (stage_of(r.log_path) or "-") if r.state not in ("PLANNED", "PENDING") else "-",
-                         "-" if elapsed is None else f"{elapsed}s", v["status"] if v else "…")
+            now = first_blocker_cell(v) if v else \
+                (stage_of(r.log_path) or "-") if r.state not in ("PLANNED", "PENDING") else "-"
+            cells.append((r.id, r.data.get("label") or "-", r.job_id or "-", r.state, clock(elapsed_of(r)),
+                          v["status"] if v else "…", now))
+        grid = fitted_table(None, ("run", "label", "job", "state", "elapsed", "verdict", "stage or first blocker"),
+                            cells, None, self.live.console.width, elisions=[None] * 6 + [elide_message])
         self.live.update(Group(grid, ProgressBar(total=max(len(rows), 1), completed=judged, width=40),
                                Text(line)))
 

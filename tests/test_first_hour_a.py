@@ -191,3 +191,68 @@ def test_verdict_of_a_slurm_run_cancelled_while_pending(cluster, tmp_path):  # n
         assert "line 0" not in shown.stdout
     finally:
         external.run(["scancel", job])
+
+
+# ---- M5 (first half): the live wait table shows the first blocker's message ---------------------------------------
+
+
+def in_a_terminal(args: list[str], columns: int = 80, timeout_s: float = 120) -> str:
+    """Run the CLI on a pseudo-terminal `columns` wide (rich draws its live table only on a terminal); every byte
+    it wrote, escape sequences taken out."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI on the terminal
+        os.environ.update({"COLUMNS": str(columns), "LINES": "40", "TERM": "xterm"})
+        os.environ.pop("DSV4CTL_WIDE", None)
+        os.execv(sys.executable, [sys.executable, "-m", "dsv4ctl.cli", *map(str, args)])
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    chunks, deadline = [], time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if not ready:
+            continue
+        try:
+            data = os.read(fd, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    else:
+        os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    # each redraw erases lines (ESC[2K) and moves up: read an erase or a carriage return as a new line
+    text = re.sub(r"\x1b\[2K|\r", "\n", text)
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", text)
+
+
+def test_the_live_wait_table_shows_the_first_blocker_s_message_at_80_columns(tmp_path):
+    from .test_slurm import spec_file
+
+    spec = spec_file(tmp_path, "broken", {"REPLAY_LOG": str(FIXTURES / "logs" / "J01.log"), "REPLAY_EXIT": "1"},
+                     slurm='time: "0:5"')
+    shown = in_a_terminal(["submit", spec, "--backend", "local", "--wait", "--db", tmp_path / "r.db",
+                           "--runs-dir", tmp_path / "runs"])
+    header = [line for line in shown.splitlines() if "first" in line and "verdict" in line]
+    assert header, shown
+    rows = [line for line in shown.splitlines() if re.search(r" crashed +line \d+: RuntimeError: \S", line)]
+    assert rows, shown  # the message with its line, not the kind `exception`
+    assert all(len(line) <= 80 for line in header + rows), [len(line) for line in header + rows]
+
+
+def test_first_blocker_cell_and_its_elision():
+    from dsv4ctl.output import elide_message, first_blocker_cell
+
+    failed = {"passed": False, "first_blocker_kind": "exception", "first_blocker_line": 40,
+              "first_blocker_message": "FileNotFoundError: /models/tiny-qwen3/config.json"}
+    assert first_blocker_cell(failed) == "line 40: FileNotFoundError: /models/tiny-qwen3/config.json"
+    assert first_blocker_cell({**failed, "first_blocker_message": None}) == "exception"
+    assert first_blocker_cell({**failed, "passed": True}) == "" and first_blocker_cell(None) == ""
+    assert elide_message(first_blocker_cell(failed), 40) == "line 40: FileNotFoundError: …config.json"
+    assert elide_message("a run of 31 BOS tokens (id 0): x", 20) == "a run of 3…(id 0): x"
