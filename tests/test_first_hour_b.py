@@ -299,3 +299,62 @@ def test_resume_says_why_and_clears_the_last_jobs_detail(tmp_path):
         assert fresh.job_id != row.job_id and fresh.state_detail is None and fresh.exit_code is None
     finally:
         run("cancel", "--campaign", "res", "--db", db)
+
+
+# ---- point 8: the live wait in a real 80-column terminal (tmux) -------------------------------------------------
+
+
+@pytest.mark.slurm
+def test_live_wait_in_an_80_column_terminal(cluster, tmp_path):
+    """`submit --wait` in tmux at 80x30: the submission line first, then the live table, each run's row on one line
+    (a folded cell would continue on the next line), and after the wait the final table, each row on one line."""
+    import shlex
+    import shutil
+
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (scripts/setup installs it)")
+    db = tmp_path / "r.db"
+    spec = spec_file(tmp_path, "tmux-wait", {"REPLAY_LOG": str(LOGS / "J17.log"), "REPLAY_SLEEP": "6"},
+                     slurm='gres: "dcu:1"')
+    script = tmp_path / "wait.sh"
+    script.write_text(f"cd {shlex.quote(os.getcwd())}\nexport TERM=xterm-256color COLUMNS=80\n"
+                      + shlex.join([*DSV4CTL, "submit", str(spec), "--backend", "slurm", "--wait", "--db", str(db),
+                                    "--runs-dir", str(tmp_path / "runs")])
+                      + f"\necho EXIT=$? > {shlex.quote(str(tmp_path / 'rc'))}\nsleep 60\n", encoding="utf-8")
+    socket = f"dsv4-test-{os.getpid()}"
+    tmux = ["tmux", "-L", socket, "-f", "/dev/null"]
+    subprocess.run([*tmux, "new-session", "-d", "-x", "80", "-y", "30", "-s", "wait", f"bash {script}"], check=True)
+    screens: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not (tmp_path / "rc").exists():
+            screens.append(subprocess.run([*tmux, "capture-pane", "-p", "-t", "wait"], capture_output=True,
+                                          text=True).stdout)
+            time.sleep(0.5)
+        screens.append(subprocess.run([*tmux, "capture-pane", "-p", "-t", "wait"], capture_output=True,
+                                      text=True).stdout)
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        for row in open_store(db).runs() if db.exists() else []:
+            if row.job_id:
+                external.run(["scancel", row.job_id])
+    assert (tmp_path / "rc").read_text().strip() == "EXIT=0", screens[-1]
+    live = [s for s in screens if "RUNNING" in s or "PENDING" in s]
+    assert live, screens[-1]  # the live table was seen while the job ran
+    for screen in screens:
+        assert all(len(line) <= 80 for line in screen.splitlines())
+    first = live[0].splitlines()
+    submitted = next(i for i, line in enumerate(first) if "1 submitted" in line)
+    state = next(i for i, line in enumerate(first) if "RUNNING" in line or "PENDING" in line)
+    assert submitted < state, live[0]  # m22: the submission line before the live table
+    row = open_store(db).find_run("latest")
+    assert first[state].split()[:2] == ["1", row.label], first[state]  # the run's row whole, on one line
+    final = screens[-1].splitlines()
+    header = max(i for i, line in enumerate(final) if line.split()[:2] == ["run", "label"])
+    if not final[header + 1].strip():
+        # Found by this test, outside part B's files: output.table renders 82 columns at COLUMNS=80 for this table
+        # (`COLUMNS=80 dsv4ctl runs --db DB` of this run shows it without tmux), so each line wraps in a terminal.
+        pytest.xfail("output.table: the final table is 82 columns wide at 80 (reported to the lead, issue 26 M4)")
+    cells = final[header + 1].split()
+    assert cells[:2] == ["1", row.label] and "0:0" in cells and any(c.startswith("00:00:") for c in cells), \
+        "\n".join(final)
