@@ -358,3 +358,20 @@ def test_live_wait_in_an_80_column_terminal(cluster, tmp_path):
     cells = final[header + 1].split()
     assert cells[:2] == ["1", row.label] and "0:0" in cells and any(c.startswith("00:00:") for c in cells), \
         "\n".join(final)
+
+
+# ---- M6: submit --wait of a correct-but-slow run exits 4, as verdict does; m8 status counts agree with rows -------
+
+
+def test_submit_wait_of_a_correct_but_slow_run_exits_4(tmp_path):
+    db = tmp_path / "r.db"
+    spec = spec_file(tmp_path, "slowpoke", {"REPLAY_LOG": str(LOGS / "J17.log")}, slurm='gres: "dcu:1"',
+                     extra="expect:\n  perf: {gen_s: {max: 0.5}}\n")  # J17 generates for 21.7 s
+    done = run("submit", spec, "--backend", "local", "--wait", "--db", db, "--runs-dir", tmp_path / "runs",
+               timeout=300, columns=200)
+    label = open_store(db).find_run("latest").label
+    assert done.returncode == 4, (done.returncode, done.stderr[-400:])
+    assert "OUTSIDE REFERENCE" in done.stdout
+    assert run("verdict", label, "--db", db).returncode == 4  # the same code from both
+    watched = run("status", "--watch", "--campaign", "latest", "--db", db, columns=200)
+    assert watched.returncode == 4 and "1 run(s) of campaign" in watched.stdout and "0 still in flight" in watched.stdout
