@@ -104,15 +104,15 @@ def fit_widths(natural: Sequence[int], minimum: Sequence[int], available: int) -
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-          styles: Sequence[str | None] | None = None) -> None:
+          styles: Sequence[str | None] | None = None, row_styles: Sequence[str | None] | None = None) -> None:
     """A table sized to its content. On a terminal too narrow for it, the widest columns are elided in the middle
     (never folded over several lines: `--wide` shows them whole, `--json` has every value)."""
-    _console().print(fitted_table(title, columns, rows, styles, _console().width))
+    _console().print(fitted_table(title, columns, rows, styles, _console().width, row_styles=row_styles))
 
 
 def fitted_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
                  styles: Sequence[str | None] | None, width: int,
-                 elisions: Sequence[Any] | None = None) -> Any:
+                 elisions: Sequence[Any] | None = None, row_styles: Sequence[str | None] | None = None) -> Any:
     """`table`'s rich Table for a terminal `width` columns wide (the live wait table draws one every poll);
     `elisions` per column: how a cell too wide is cut [default: `elide`, in the middle]."""
     from rich import box
@@ -139,8 +139,8 @@ def fitted_table(title: str | None, columns: Sequence[str], rows: Iterable[Seque
     for i, column in enumerate(columns):
         grid.add_column(column, style=(styles[i] if styles else None), overflow="fold",
                         min_width=widths[i] or None)
-    for row in cells:
-        grid.add_row(*(escape(cell) for cell in row))
+    for n, row in enumerate(cells):
+        grid.add_row(*(escape(cell) for cell in row), style=row_styles[n] if row_styles else None)
     return grid
 
 

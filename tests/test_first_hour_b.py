@@ -375,3 +375,19 @@ def test_submit_wait_of_a_correct_but_slow_run_exits_4(tmp_path):
     assert run("verdict", label, "--db", db).returncode == 4  # the same code from both
     watched = run("status", "--watch", "--campaign", "latest", "--db", db, columns=200)
     assert watched.returncode == 4 and "1 run(s) of campaign" in watched.stdout and "0 still in flight" in watched.stdout
+
+
+# ---- m25: FALSE GREEN rows coloured in tables as in verdict -----------------------------------------------------
+
+
+def test_false_green_rows_are_coloured_in_tables(tmp_path):
+    db = tmp_path / "r.db"
+    ingest(db, "J17")
+    ingest(db, "J08", "--sacct", LOGS / "J08.sacct")
+    env = {**os.environ, "COLUMNS": "200", "FORCE_COLOR": "1", "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    shown = subprocess.run([*DSV4CTL, "runs", "--db", str(db)], capture_output=True, text=True, env=env).stdout
+    j08 = next(line for line in shown.splitlines() if "J08" in line and "FALSE GREEN" in line)
+    j17 = next(line for line in shown.splitlines() if "coherent" in line)
+    red_on_white = "\x1b[1;31;47m"
+    assert red_on_white in j08 and red_on_white not in j17, (repr(j08), repr(j17))

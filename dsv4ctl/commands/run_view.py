@@ -8,6 +8,7 @@ from typing import Any
 from .. import output
 from ..units import clock, kib, utc
 
+FALSE_GREEN_STYLE = "bold red on white"  # as `verdict` shows its FALSE GREEN banner (issue 26 m25)
 TIME_FIELDS = ("submitted_at", "started_at", "ended_at", "updated_at")
 
 
@@ -39,7 +40,9 @@ def runs_table(store, rows, title: str) -> None:
                    blocker_text(verdicts.get(r.id))
                    or (f"judge error: {r.judge_error}" if r.data.get("judge_error") else "")[:60]
                    or (r.submit_message or "")[:60] or "")
-                  for r in rows])
+                  for r in rows],
+                 row_styles=[FALSE_GREEN_STYLE if (verdicts.get(r.id) or {}).get("false_green") else None
+                             for r in rows])
 
 
 def state_cell(row, stuck: str | None) -> str:
