@@ -230,7 +230,7 @@ def test_a_cancelled_job_could_not_be_tested(cli, tmp_path):
     empty.write_text("")
     assert cli("verdict", "--log", str(empty), "--exit-codes", "git-bisect").exit_code == 125
     assert cli("verdict", "no-such-run", "--db", str(tmp_path / "r.db"),
-               "--exit-codes", "git-bisect").exit_code == 125
+               "--exit-codes", "git-bisect").exit_code == 128  # issue 26 M6: a typo aborts, never skips
     assert cli("verdict", "--log", str(logs / "J17.log"), "--exit-codes", "sometimes").exit_code == 2
 
 
