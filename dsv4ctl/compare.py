@@ -9,24 +9,26 @@ Decision per metric, in order:
   reject        p < alpha and the candidate is worse
   inconclusive  anything else, with the runs per side needed to see a `factor`-sized effect
 The comparison's decision is the worst of its metrics' (blocked, reject, inconclusive, promote).
-Exit codes: 0 promote, 1 reject or blocked, 3 inconclusive.
+Exit codes (`errors.ExitCode`): 0 promote, 1 reject or blocked, 5 inconclusive (3 is a wait's timeout).
 
-A side may mix experiments (`tag:nightly`): its samples are pooled, and each experiment's share is listed.
+Which runs are on each side is `sides.py`'s business (an A/B campaign's own sides, never runs outside it); a run
+the user cancelled is left out and said so. A side may mix experiments (`tag:nightly`): its samples are pooled, and
+each experiment's share is listed.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from . import stats
 from .differences import differences, timing_warning, token_differences
-from .errors import Dsv4Error, UsageError
+from .errors import Dsv4Error, ExitCode, UsageError
 from .store import Store
 
-DECISION_EXIT = {"promote": 0, "reject": 1, "blocked": 1, "inconclusive": 3}
+DECISION_EXIT = {"promote": int(ExitCode.OK), "reject": int(ExitCode.FAILED), "blocked": int(ExitCode.FAILED),
+                 "inconclusive": int(ExitCode.INCONCLUSIVE)}
 SEVERITY = ("blocked", "reject", "inconclusive", "promote")  # the first one any metric reached decides
 # Columns of `runs` that say where and with what a run ran; the versions are read when the store has them.
 PROVENANCE_COLUMNS = ("dsv4ctl_version", "git_sha", "node", "vllm_version", "torch_version", "triton_version")
@@ -38,6 +40,12 @@ LOWER_COUNTS = ("failed",)
 
 class CompareError(Dsv4Error):
     """A side of the comparison matches no runs, or the metric cannot be compared."""
+
+
+class NoSuchSide(CompareError, UsageError):
+    """A side names no stored runs: something named that does not exist (exit 2), not a rejected candidate."""
+
+    exit_code = int(ExitCode.USAGE)
 
 
 class UnknownMetric(UsageError):
@@ -132,42 +140,6 @@ def load_rows(store: Store, run_ids: list[int]) -> list[CompareRow]:
             rows.append(CompareRow(*row[:8], bool(row[8]), bool(row[9]), row[10],
                                    tuple(zip(columns, row[11:])), values.get(row[0], {})))
     return rows
-
-
-def resolve_side(store: Store, ref: str) -> Side:
-    """A side: `tag:NAME`, run or job ids (`12,13,4711_2`, labels too), a spec file, an experiment name, or one
-    run's label (J17)."""
-    if ref.startswith("tag:"):
-        tag = ref[4:]
-        ids = [r[0] for r in store.db.execute("SELECT id, tags FROM runs") if tag in (r[1] or "").split(",")]
-    elif "," in ref or ref.isdigit() or ref.startswith("runs:"):
-        ids = [store.find_run(p).id for p in ref.removeprefix("runs:").split(",") if p]
-    else:
-        names = [ref]
-        if Path(ref).is_file():
-            from .specload import load_spec
-
-            names = sorted({p.spec.name for p in load_spec(ref) if p.spec})
-        marks = ",".join("?" * len(names))
-        ids = [r[0] for r in store.db.execute(f"SELECT runs.id FROM runs JOIN experiments ON experiments.id = "
-                                              f"runs.experiment_id WHERE experiments.name IN ({marks})", names)]
-        ids = ids or _run_by_label(store, ref)
-    return Side(ref, load_rows(store, ids)) if ids else _none(ref)
-
-
-def _run_by_label(store: Store, ref: str) -> list[int]:
-    """A run named by its label (J17) or `latest`, when no experiment has that name."""
-    from .store import RunNotFound
-
-    try:
-        return [store.find_run(ref).id]
-    except RunNotFound:
-        return []
-
-
-def _none(ref: str) -> Side:
-    raise CompareError(f"no stored runs match {ref!r} (an experiment name, a spec file, run ids or tag:NAME; "
-                       "see `dsv4ctl runs`)")
 
 
 # ---- the comparison -------------------------------------------------------------------------------------------------
@@ -308,28 +280,35 @@ def check_metrics(metrics: list[str], base: Side, cand: Side) -> None:
                             f"present: {', '.join(present)}" + (f" (did you mean {close[0]}?)" if close else ""))
 
 
-def compare(store: Store, baseline: str, candidate: str, metric: str | list[str] = "gen_s", alpha: float = 0.05,
-            factor: float = 1.05, expect_diff: list[str] | None = None, better: str | None = None) -> Comparison:
-    """Compare two sides named as on the command line (see `resolve_side`)."""
+def compare(store: Store, baseline: str | None, candidate: str | None, metric: str | list[str] = "gen_s",
+            alpha: float = 0.05, factor: float = 1.05, expect_diff: list[str] | None = None,
+            better: str | None = None, campaign: str | None = None) -> Comparison:
+    """Compare two sides named as on the command line, or an A/B campaign's own two (see `sides.choose_sides`)."""
+    from .sides import choose_sides
+
     check_settings(alpha, factor, better)
-    return compare_sides(store, resolve_side(store, baseline), resolve_side(store, candidate), metric, alpha,
-                         factor, expect_diff, better)
+    chosen = choose_sides(store, baseline, candidate, campaign)
+    result = compare_sides(store, chosen.baseline, chosen.candidate, metric, alpha, factor, expect_diff, better)
+    result.warnings[:0] = chosen.notes
+    return result
 
 
 def compare_sides(store: Store, base: Side, cand: Side, metric: str | list[str] = "gen_s", alpha: float = 0.05,
                   factor: float = 1.05, expect_diff: list[str] | None = None,
                   better: str | None = None) -> Comparison:
+    from .sides import set_aside_cancelled
+
     check_settings(alpha, factor, better)
     metrics = [metric] if isinstance(metric, str) else list(metric)
+    base, left_out = set_aside_cancelled(base, "baseline")
+    cand, also_left_out = set_aside_cancelled(cand, "candidate")
     check_metrics(metrics, base, cand)
     ways = {m: better or direction(m) for m in metrics}
     base_runs, cand_runs = _side_runs(base), _side_runs(cand)
-    reasons = [f"{label} run {f['run']} ({f['experiment']}) did not pass: {f['status']}"
-               + (" FALSE GREEN" if f["false_green"] else "")
-               + (f" ({f['first_blocker']})" if f["first_blocker"] else "")
-               for label, side in (("baseline", base_runs), ("candidate", cand_runs)) for f in side.failed_runs]
+    reasons = [_failed_reason(label, f) for label, side in (("baseline", base_runs), ("candidate", cand_runs))
+               for f in side.failed_runs]
     diffs = differences(store, base, cand)
-    warnings = _factor_warnings(diffs, expect_diff)
+    warnings = left_out + also_left_out + _factor_warnings(diffs, expect_diff)
     timing = timing_warning(store, base, cand)
     warnings += [timing] if timing else []
     for label, side in (("baseline", base_runs), ("candidate", cand_runs)):
@@ -348,6 +327,18 @@ def compare_sides(store: Store, base: Side, cand: Side, metric: str | list[str] 
                       metrics=results, reasons=reasons, differences=diffs,
                       token_differences=token_differences(store, base, cand), warnings=warnings,
                       min_runs=settings.min_runs, min_runs_bounded_ci=settings.min_runs_bounded_ci)
+
+
+def _failed_reason(label: str, failed: dict[str, Any]) -> str:
+    """Why a run blocks the comparison: its verdict, or that it has none yet (still in flight)."""
+    from .judge.states import is_waiting
+
+    if failed["status"] == "not judged" and failed["state"] and is_waiting(failed["state"]):
+        return (f"{label} run {failed['run']} ({failed['experiment']}) is still {failed['state']}: not judged yet "
+                "(`dsv4ctl status --watch`, then compare again)")
+    return (f"{label} run {failed['run']} ({failed['experiment']}) did not pass: {failed['status']}"
+            + (" FALSE GREEN" if failed["false_green"] else "")
+            + (f" ({failed['first_blocker']})" if failed["first_blocker"] else ""))
 
 
 @dataclass(frozen=True)

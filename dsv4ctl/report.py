@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import stats
 from .store import Store
+from .sides import ab_sides  # noqa: F401 - the A/B sides, chosen as `compare --campaign` chooses them
 from .sweep import SweepSummary, summarise_campaign
 
 if TYPE_CHECKING:
@@ -81,9 +82,7 @@ def report_data(store: Store, campaign: str, metric: str | None = None) -> Repor
                      "elapsed": f"{row.elapsed_s} s" if row.elapsed_s is not None else "-",
                      "verdict": verdict.get("status", "-"), "passed": bool(verdict.get("passed")),
                      "false_green": bool(verdict.get("false_green")),
-                     "blocker": (f"line {blocker.get('line')}: {blocker.get('kind')} — "
-                                 f"{(blocker.get('message') or '').splitlines()[0][:120]}") if blocker
-                     else (row.submit_message or "")})
+                     "blocker": blocker_line(blocker) if blocker else (row.submit_message or "")})
         value = store.metrics(row.id).get(metric)
         if value is not None and verdict.get("passed"):
             distributions.setdefault(row.experiment, []).append(value)
@@ -130,18 +129,12 @@ def check_metric(store: Store, campaign: str, metric: str) -> None:
                          + known_words(metric, present, "metrics present"))
 
 
-def ab_sides(rows: list) -> tuple[list, list] | None:
-    """The two sides of an A/B campaign: the runs `submit --ab` recorded as baseline and candidate, or else the
-    runs of its two experiments, the first submitted as the baseline, unless they are two points of a matrix (a
-    sweep of two values is not an A/B). None for anything else."""
-    base = [r for r in rows if r.side == "baseline"]
-    cand = [r for r in rows if r.side == "candidate"]
-    if base and cand:
-        return base, cand
-    names = list(dict.fromkeys(r.experiment for r in rows))
-    if len(names) != 2 or any(json.loads(r.data.get("point_json") or "{}") for r in rows):
-        return None
-    return [r for r in rows if r.experiment == names[0]], [r for r in rows if r.experiment == names[1]]
+def blocker_line(blocker: dict[str, Any]) -> str:
+    """`line 40: exception — FileNotFoundError: ...`; a blocker no log line holds (a job cancelled before it
+    started) has no `line 0`, and one with no message is its kind alone."""
+    message = ((blocker.get("message") or "").splitlines() or [""])[0][:120]
+    where = f"line {blocker['line']}: " if blocker.get("line") else ""
+    return where + str(blocker.get("kind") or "") + (f" — {message}" if message else "")
 
 
 def add_comparison(store: Store, data: ReportData, base_rows: list, cand_rows: list) -> None:

@@ -69,7 +69,7 @@ def test_overlap_is_inconclusive_with_runs_needed(store):
     add_side(store, "j17-baseline.yaml", sample(rng, 100, 8, 8))
     add_side(store, "q1-off.yaml", sample(rng, 99, 8, 8))
     c = compare(store, "j17-baseline", "q1-off")
-    assert c.decision == "inconclusive" and c.exit_code == 3 and c.metrics[0].runs_needed > 8
+    assert c.decision == "inconclusive" and c.exit_code == 5 and c.metrics[0].runs_needed > 8
     assert any("runs per side" in r for r in c.metrics[0].reasons)
 
 
@@ -180,7 +180,7 @@ def test_an_unbounded_interval_is_never_promoted(store):
     c = compare(store, "j17-baseline", "q1-off")
     gen_s = c.metrics[0]
     assert gen_s.significant and gen_s.baseline.ci is None and gen_s.ratio_ci is None
-    assert c.decision == "inconclusive" and c.exit_code == 3
+    assert c.decision == "inconclusive" and c.exit_code == 5
     assert any("need >= 6 samples per side for a bounded 95% interval" in r and "not promoted" in r
                for r in gen_s.reasons)
     assert gen_s.runs_needed >= 6 and c.min_runs_bounded_ci == 6
@@ -290,3 +290,86 @@ def test_the_markdown_report_spells_false_green_one_way(store):
     store.db.commit()
     md = render_markdown(report_data(store, "ab1"))
     assert "degenerate FALSE GREEN" in md and "false green" not in md
+
+
+# ---- issue 26 M3: sides are chosen, not guessed ----------------------------------------------------------------
+
+
+def _numbers(c):
+    return [(m.metric, m.baseline.n, m.candidate.n, m.ratio, m.p_value, m.decision, m.bootstrap_ci)
+            for m in c.metrics] + [c.decision]
+
+
+def test_two_names_that_are_an_ab_campaign_s_sides_compare_that_campaign_only(store):
+    from dsv4ctl.report import report_data
+
+    rng = random.Random(26)
+    older = add_side(store, "j17-baseline.yaml", [150.0, 151.0])  # an earlier, unrelated run of the baseline
+    ab_campaign(store, sample(rng, 101.3, 1, 6), sample(rng, 67.9, 1, 6))
+    c = compare(store, "j17-baseline", "q1-off")
+    assert not set(older) & set(c.baseline.runs) and len(c.baseline.runs) == 6 and len(c.candidate.runs) == 6
+    assert c.baseline.name == "j17-baseline (campaign ab1 baseline)"
+    assert any(w.startswith("2 other run(s) of j17-baseline and q1-off are outside it and left out") for w in c.warnings)
+    assert _numbers(c) == _numbers(report_data(store, "ab1").ab)  # the campaign's report says the same
+    assert _numbers(compare(store, None, None, campaign="ab1")) == _numbers(c)
+    assert _numbers(compare(store, None, None, campaign="latest")) == _numbers(c)
+    pooled = compare(store, "experiment:j17-baseline", "experiment:q1-off")  # every run, when asked for
+    assert set(older) <= set(pooled.baseline.runs) and len(pooled.baseline.runs) == 8
+
+
+def test_a_cancelled_run_is_left_out_and_said_not_a_block(store):
+    from dsv4ctl.report import report_data
+
+    rng = random.Random(27)
+    ab_campaign(store, sample(rng, 101.3, 1, 7), sample(rng, 67.9, 1, 7))
+    [cancelled] = [r.id for r in store.runs(campaign="ab1") if r.side == "baseline"][-1:]
+    store.update_run(cancelled, state="CANCELLED")
+    store.save_verdict(cancelled, {"status": "incomplete", "passed": False, "false_green": False, "bos_run": 0,
+                                   "first_blocker": {"line": 0, "kind": "killed"}, "requests": [], "metrics": {}})
+    c = compare(store, "j17-baseline", "q1-off")
+    assert c.decision != "blocked" and not c.reasons and cancelled not in c.baseline.runs
+    assert f"left out of the baseline: 1 cancelled run(s) ({cancelled}): a cancelled run is no result" in \
+        " ".join(c.warnings)
+    assert c.metrics[0].baseline.n == 6 and c.metrics[0].candidate.n == 7
+    assert _numbers(report_data(store, "ab1").ab) == _numbers(c)
+
+
+def test_an_in_flight_run_blocks_saying_it_is_not_judged_yet(store):
+    add_side(store, "j17-baseline.yaml", [100.0] * 6)
+    add_side(store, "q1-off.yaml", [70.0] * 6)
+    spec = load_spec(EXPERIMENTS / "q1-off.yaml")[0].spec
+    experiment = store.experiment_id(spec.name, spec.spec_hash(), json.dumps(spec.snapshot()), "q1-off.yaml")
+    running = store.add_run(experiment_id=experiment, backend="slurm", token="t-running", state="RUNNING",
+                            job_id="4242", ingested=0)
+    c = compare(store, "j17-baseline", "q1-off")
+    assert c.decision == "blocked"
+    assert f"candidate run {running} (q1-off) is still RUNNING: not judged yet" in c.reasons[0]
+
+
+def test_two_ab_campaigns_of_the_same_sides_are_not_guessed_between(store):
+    from dsv4ctl.errors import UsageError
+
+    rng = random.Random(28)
+    ab_campaign(store, sample(rng, 101.3, 1, 3), sample(rng, 67.9, 1, 3))
+    second = store.create_campaign("ab2", "slurm", "dsv4ctl submit --ab j17-baseline.yaml q1-off.yaml")
+    for spec, side in (("j17-baseline.yaml", "baseline"), ("q1-off.yaml", "candidate")):
+        for run in add_side(store, spec, sample(rng, 90, 1, 3), pair_start=0):
+            store.update_run(run, campaign_id=second, side=side)
+    with pytest.raises(UsageError, match=r"are the sides of 2 A/B campaigns \(ab2, ab1\): pick one with --campaign"):
+        compare(store, "j17-baseline", "q1-off")
+    assert len(compare(store, None, None, campaign="ab2").baseline.runs) == 3
+    with pytest.raises(UsageError, match="not both"):
+        compare(store, "j17-baseline", "q1-off", campaign="ab1")
+
+
+def test_a_campaign_that_is_not_an_ab_is_refused_by_campaign_but_usable_as_a_side(store):
+    from dsv4ctl.errors import UsageError
+
+    suite = store.create_campaign("nightly", "slurm", "dsv4ctl suite x")
+    for run in add_side(store, "j17-baseline.yaml", [100.0, 101.0, 99.0]):
+        store.update_run(run, campaign_id=suite)
+    add_side(store, "j17-baseline.yaml", [80.0, 81.0, 79.0])
+    with pytest.raises(UsageError, match="campaign 'nightly' is not an A/B campaign"):
+        compare(store, None, None, campaign="nightly")
+    c = compare(store, "campaign:nightly", "runs:4,5,6")
+    assert c.baseline.runs == [1, 2, 3] and c.candidate.runs == [4, 5, 6]

@@ -52,7 +52,7 @@ def columns80():
 def test_json_is_nested_with_stable_keys_and_nulls(capsys, db):
     code, out, _ = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db, "--json")
     data = strict(out)
-    assert code == 3 and data["decision"] == "inconclusive" and data["exit_code"] == 3
+    assert code == 5 and data["decision"] == "inconclusive" and data["exit_code"] == 5
     assert list(data) == ["alpha", "factor", "baseline", "candidate", "decision", "metrics", "reasons",
                           "differences", "token_differences", "warnings", "min_runs", "min_runs_bounded_ci",
                           "exit_code"]
@@ -73,7 +73,7 @@ def test_errors_with_json_are_json_on_stderr(capsys, db):
     error = strict(err)["error"]
     assert "metrics present: gen_s, ttft_s" in error["message"] and error["exit_code"] == 2
     code, out, err = run_main(capsys, "compare", "nope", "q1-off", "--db", db, "--json")
-    assert code == 1 and strict(err)["error"]["message"].startswith("no stored runs match 'nope'")
+    assert code == 2 and strict(err)["error"]["message"].startswith("no stored runs match 'nope'")
 
 
 def test_unknown_metric_is_a_usage_error(capsys, db):
@@ -84,7 +84,7 @@ def test_unknown_metric_is_a_usage_error(capsys, db):
 
 def test_several_metrics_in_one_table_that_fits_80_columns(capsys, db, columns80):
     code, out, _ = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db, "--metric", "gen_s,ttft_s")
-    assert code == 3
+    assert code == 5
     lines = out.splitlines()
     assert max(map(len, lines)) <= 80
     header = next(line for line in lines if "metric" in line and "decision" in line)
@@ -114,7 +114,7 @@ def test_mixed_sides_are_grouped_in_the_output(capsys, tmp_path, columns80):
     add_side(store, "cpu-smoke.yaml", [10.0, 11.0, 9.0], tags=["baseline"])
     add_side(store, "q1-off.yaml", [70.0, 71.0, 69.0, 70.5, 70.2, 69.7], tags=["candidate"])
     code, out, err = run_main(capsys, "compare", "tag:baseline", "tag:candidate", "--db", tmp_path / "r.db")
-    assert "Traceback" not in err and code in (0, 1, 3)
+    assert "Traceback" not in err and code in (0, 1, 5)
     assert "baseline  tag:baseline: 9 runs, 9 passed, 2 experiments" in out
     assert "runs per experiment" in out and "cpu-smoke" in out and "baseline mixes 2 experiments" in err
     assert max(map(len, out.splitlines())) <= 80
@@ -140,3 +140,38 @@ def test_end_to_end_through_ingest_of_logs_with_metrics(cli, tmp_path):
     data = strict(result.stdout)
     assert result.exit_code == 0 and data["decision"] == "promote" and data["warnings"] == []
     assert data["metrics"][0]["ratio"] == pytest.approx(67.9 / 101.3, rel=0.05)
+
+
+# ---- issue 26 M3 and the exit-code table ---------------------------------------------------------------------
+
+
+def test_compare_campaign_on_the_command_line_and_its_usage_errors(capsys, tmp_path):
+    from .test_compare import ab_campaign
+
+    db = tmp_path / "r.db"
+    store = open_store(db)
+    rng = random.Random(31)
+    add_side(store, "j17-baseline.yaml", [150.0, 152.0])  # older runs that must not pool in
+    ab_campaign(store, sample(rng, 101.3, 1, 8), sample(rng, 67.9, 1, 8))
+    code, out, _ = run_main(capsys, "compare", "--campaign", "latest", "--db", db, "--json")
+    by_campaign = strict(out)
+    assert code == 0 and by_campaign["decision"] == "promote" and len(by_campaign["baseline"]["runs"]) == 8
+    code, out, _ = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db, "--json")
+    by_name = strict(out)
+    assert by_name["metrics"] == by_campaign["metrics"] and by_name["baseline"]["runs"] == by_campaign["baseline"]["runs"]
+    code, out, _ = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db)
+    assert code == 0 and "baseline  j17-baseline (campaign ab1 baseline): 8 runs, 8 passed" in out
+    for args, said in ((("--campaign", "ab1", "j17-baseline", "q1-off"), "not both"),
+                       (("j17-baseline",), "give BASELINE CANDIDATE, or --campaign C"),
+                       (("--campaign", "nope"), "no campaign named 'nope'"),
+                       (("nope", "q1-off"), "no stored runs match 'nope'")):
+        code, out, err = run_main(capsys, "compare", *args, "--db", db)
+        assert code == 2 and out == "" and said in err, (args, err)
+
+
+def test_inconclusive_is_exit_5_never_the_timeout_s_3(capsys, db):
+    from dsv4ctl.errors import ExitCode
+
+    code, out, _ = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db, "--json")
+    assert strict(out)["decision"] == "inconclusive" and code == ExitCode.INCONCLUSIVE == 5
+    assert code != ExitCode.TIMEOUT

@@ -7,13 +7,17 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from .options import DbOpt, JsonOpt, check_alpha, check_direction, check_factor
+from .options import DbOpt, JsonOpt, check_alpha, check_campaign, check_direction, check_factor
 
-SideArg = Annotated[str, typer.Argument(help="Experiment name, spec file, run/job ids (12,13) or tag:NAME.")]
+SideArg = Annotated[Optional[str], typer.Argument(
+    help="Experiment name, spec file, run/job ids (12,13), tag:NAME, campaign:NAME or experiment:NAME.")]
 MetricOpt = Annotated[str, typer.Option(help="Stored metrics, comma-separated (gen_s,ttft_s).")]
 
 
-def compare(baseline: SideArg, candidate: SideArg, metric: MetricOpt = "gen_s",
+def compare(baseline: SideArg = None, candidate: SideArg = None, metric: MetricOpt = "gen_s",
+            campaign: Annotated[Optional[str], typer.Option(
+                callback=check_campaign, help="An A/B campaign (a name or `latest`): compare its own two sides, "
+                                              "as its report does.")] = None,
             alpha: Annotated[float, typer.Option(help="Significance level of the Mann-Whitney U test.",
                                                   callback=check_alpha)] = 0.05,
             factor: Annotated[float, typer.Option(help="Smallest improvement worth promoting (1.05 = 5%).",
@@ -27,15 +31,16 @@ def compare(baseline: SideArg, candidate: SideArg, metric: MetricOpt = "gen_s",
             = None,
             markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table.")] = False,
             db: DbOpt = None, json: JsonOpt = False) -> None:
-    """Compare two sets of runs: correctness gate, what differs, statistics, decision.
-    Exit 0 promote, 1 reject or blocked, 3 inconclusive, 2 usage (an unknown metric)."""
+    """Compare two sets of runs: correctness gate, what differs, statistics, decision. Two experiments that are
+    one --ab campaign's sides mean that campaign's runs only; cancelled runs are left out and said so.
+    Exit 0 promote, 1 reject or blocked, 5 inconclusive, 2 usage (an unknown side, campaign or metric)."""
     from ..compare import compare as run_compare
     from ..compare import parse_metrics
     from ..store import open_store
 
     # With --json, a failure is a JSON error object on stderr: cli.main does that for every command.
-    result = run_compare(open_store(db, must_exist=True), baseline, candidate, parse_metrics(metric), alpha, factor, expect_diff,
-                         direction)
+    result = run_compare(open_store(db, must_exist=True), baseline, candidate, parse_metrics(metric), alpha, factor,
+                         expect_diff, direction, campaign=campaign)
     if json:
         output.emit_json(result.to_json())
     elif markdown:
