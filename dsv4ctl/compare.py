@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import stats
-from .differences import differences, timing_warning, token_differences
+from .differences import differences, timing_warning, token_comparison
 from .errors import Dsv4Error, ExitCode, UsageError
 from .store import Store
 
@@ -323,9 +323,10 @@ def compare_sides(store: Store, base: Side, cand: Side, metric: str | list[str] 
     if any(m.baseline.n < settings.min_runs or m.candidate.n < settings.min_runs for m in results
            if m.decision not in ("blocked", "reject")):
         warnings.append(f"need >= {settings.min_runs} samples per side to detect a difference at alpha {alpha}")
+    tokens, length_notes = token_comparison(store, base, cand)
     return Comparison(alpha=alpha, factor=factor, baseline=base_runs, candidate=cand_runs, decision=decision,
                       metrics=results, reasons=reasons, differences=diffs,
-                      token_differences=token_differences(store, base, cand), warnings=warnings,
+                      token_differences=tokens, warnings=warnings + length_notes,
                       min_runs=settings.min_runs, min_runs_bounded_ci=settings.min_runs_bounded_ci)
 
 
@@ -384,12 +385,23 @@ def _compare_metric(base_side: Side, cand_side: Side, metric: str, way: str, s: 
                 reasons.append(f"no significant difference (p = {p:.3g} >= {s.alpha}); benchstat would print ~")
             effect = abs(base.median * (s.factor - 1))
             needed = max(stats.runs_needed(base.values, cand.values, effect, s.alpha), s.min_runs_bounded_ci)
-            reasons.append(f"about {needed} runs per side would see a {s.factor}x change with 80% power")
+            reasons.append(f"about {needed} runs per side would see a {s.factor}x change with 80% power"
+                           + _observed_needs(base, cand, better_by, s))
     return MetricComparison(metric=metric, direction=way, baseline=base, candidate=cand, ratio=ratio,
                             ratio_ci=_ratio_ci(base.ci, cand.ci), p_value=p, significant=significant,
                             decision=decision, reasons=reasons, runs_needed=needed,
                             paired=_paired(base_side, cand_side, metric),
                             bootstrap_ci=stats.bootstrap_ratio_ci(base.values, cand.values, CONFIDENCE))
+
+
+def _observed_needs(base: SideStats, cand: SideStats, better_by: float, s: Settings) -> str:
+    """`; the observed 1.56x would need about 9` when the difference seen is larger than `factor`: the runs-needed
+    figure for a factor-sized change alone reads as if the observed one were out of reach (issue 26 m10)."""
+    seen = max(better_by, 1 / better_by) if better_by > 0 else 1.0
+    if seen <= s.factor:
+        return ""
+    observed = stats.runs_needed(base.values, cand.values, abs(cand.median - base.median), s.alpha)
+    return f"; the observed {seen:.2f}x would need about {max(observed, s.min_runs_bounded_ci)}"
 
 
 def _ratio_ci(base: tuple[float, float] | None, cand: tuple[float, float] | None) -> tuple[float, float] | None:

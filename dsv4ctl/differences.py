@@ -94,7 +94,15 @@ def _greedy(store: Store, run: CompareRow) -> bool:
 
 
 def token_differences(store: Store, base: Side, cand: Side) -> list[dict[str, Any]]:
-    """Greedy runs should agree token for token: the first differing position per request, if any."""
+    """Greedy runs should agree token for token: the first differing position per request, if any (a null token
+    where that side's output ended: one output is longer, see `token_comparison`)."""
+    return token_comparison(store, base, cand)[0]
+
+
+def token_comparison(store: Store, base: Side, cand: Side) -> tuple[list[dict[str, Any]], list[str]]:
+    """The first differing position per request of the first passed greedy run of each side, and a sentence per
+    request where one output is the other's beginning: a length difference is said as one (`the candidate is
+    longer (64 vs 32 tokens); the first 32 tokens agree`), not as `token 32: None vs 167`."""
     def first_tokens(side: Side) -> list[list[int]] | None:
         for run in side.runs:
             if run.passed and _greedy(store, run):
@@ -104,12 +112,18 @@ def token_differences(store: Store, base: Side, cand: Side) -> list[dict[str, An
 
     a, b = first_tokens(base), first_tokens(cand)
     if a is None or b is None:
-        return []
+        return [], []
     from .judge.rules import first_divergence
 
-    out = []
+    out, lengths = [], []
     for index, (left, right) in enumerate(zip(a, b)):
         found = first_divergence(left, right)
-        if found:
-            out.append({"request": index, "position": found[0], "baseline": found[1], "candidate": found[2]})
-    return out
+        if not found:
+            continue
+        out.append({"request": index, "position": found[0], "baseline": found[1], "candidate": found[2]})
+        if found[1] is None or found[2] is None:
+            longer = "candidate" if found[1] is None else "baseline"
+            counts = (len(right), len(left)) if longer == "candidate" else (len(left), len(right))
+            lengths.append(f"greedy outputs differ in length: request {index}: the {longer} is longer "
+                           f"({counts[0]} vs {counts[1]} tokens); the first {found[0]} tokens agree")
+    return out, lengths

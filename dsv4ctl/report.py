@@ -361,7 +361,10 @@ def centre(s) -> str:
     if s.ci is None:
         return f"{number(s.median)} ±∞"
     half = max(s.median - s.ci[0], s.ci[1] - s.median)
-    return f"{number(s.median)} ±{100 * half / abs(s.median):.2g}%" if s.median else f"{number(s.median)} ±{half:.2g}"
+    if not s.median:
+        return f"{number(s.median)} ±{half:.2g}"
+    percent = 100 * half / abs(s.median)  # `±2900%`, never `±2.9e+03%` (issue 26 M3)
+    return f"{number(s.median)} ±{percent:.2g}%" if percent < 100 else f"{number(s.median)} ±{percent:.0f}%"
 
 
 def metric_rows(c: "Comparison") -> list[tuple[str, ...]]:

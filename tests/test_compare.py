@@ -373,3 +373,32 @@ def test_a_campaign_that_is_not_an_ab_is_refused_by_campaign_but_usable_as_a_sid
         compare(store, None, None, campaign="nightly")
     c = compare(store, "campaign:nightly", "runs:4,5,6")
     assert c.baseline.runs == [1, 2, 3] and c.candidate.runs == [4, 5, 6]
+
+
+# ---- issue 26 m10: a length difference said as such; runs needed for the observed effect too ---------------------
+
+
+def test_a_longer_greedy_output_is_a_length_difference_not_a_token_none(store):
+    add_side(store, "j17-baseline.yaml", [100.0] * 6, tokens=[5, 6, 7, 8])
+    add_side(store, "q1-off.yaml", [100.0] * 6, tokens=[5, 6, 7, 8, 9, 10])
+    c = compare(store, "j17-baseline", "q1-off")
+    assert c.token_differences == [{"request": 0, "position": 4, "baseline": None, "candidate": 9}]
+    assert "greedy outputs differ in length: request 0: the candidate is longer (6 vs 4 tokens); the first 4 " \
+           "tokens agree" in c.warnings
+
+
+def test_inconclusive_with_a_large_observed_effect_says_the_runs_it_would_need(store):
+    add_side(store, "j17-baseline.yaml", [100.0, 104.0, 97.0])
+    add_side(store, "q1-off.yaml", [150.0, 160.0, 141.0])
+    c = compare(store, "j17-baseline", "q1-off")
+    assert c.decision == "inconclusive"
+    [needs] = [r for r in c.metrics[0].reasons if r.startswith("about ")]
+    assert "would see a 1.05x change with 80% power; the observed 1.50x would need about 6" in needs, needs
+
+
+def test_a_wide_interval_is_written_in_plain_percent():
+    from dsv4ctl.compare import SideStats
+    from dsv4ctl.report import centre
+
+    assert centre(SideStats(6, 1.0, (0.1, 30.0), True, [])) == "1 ±2900%"
+    assert centre(SideStats(6, 100.0, (99.0, 101.5), True, [])) == "100 ±1.5%"

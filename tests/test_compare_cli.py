@@ -175,3 +175,16 @@ def test_inconclusive_is_exit_5_never_the_timeout_s_3(capsys, db):
     code, out, _ = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db, "--json")
     assert strict(out)["decision"] == "inconclusive" and code == ExitCode.INCONCLUSIVE == 5
     assert code != ExitCode.TIMEOUT
+
+
+def test_cli_says_a_length_difference_and_qualifies_a_bootstrap_of_few_runs(capsys, tmp_path):
+    db = tmp_path / "r.db"
+    store = open_store(db)
+    add_side(store, "j17-baseline.yaml", [100.0, 104.0, 97.0], tokens=[5, 6, 7, 8])
+    add_side(store, "q1-off.yaml", [150.0, 160.0, 141.0], tokens=[5, 6, 7, 8, 9, 10])
+    code, out, err = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db)
+    said = " ".join((out + err).split())
+    assert code == 5 and "None vs" not in said
+    assert "the candidate is longer (6 vs 4 tokens); the first 4 tokens agree" in said
+    assert "(from 3 and 3 runs: a bootstrap of so few is narrower than the truth" in said
+    assert "the observed 1.50x would need about 6" in said

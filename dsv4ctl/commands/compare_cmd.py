@@ -74,8 +74,12 @@ def _notes(c) -> list[str]:
         if (m.baseline.n and not m.baseline.ci_bounded) or (m.candidate.n and not m.candidate.ci_bounded):
             unbounded.setdefault((m.baseline.n, m.candidate.n), []).append(m.metric)
         if m.bootstrap_ci:
+            few = min(m.baseline.n, m.candidate.n) < c.min_runs_bounded_ci
             lines.append(f"{m.metric} ratio, bootstrap {CONFIDENCE_TEXT} interval over the runs: "
-                         f"{m.bootstrap_ci[0]:.3f} to {m.bootstrap_ci[1]:.3f}")
+                         f"{m.bootstrap_ci[0]:.3f} to {m.bootstrap_ci[1]:.3f}"
+                         + (f" (from {m.baseline.n} and {m.candidate.n} runs: a bootstrap of so few is narrower "
+                            f"than the truth; read it as a rough range, not as the {CONFIDENCE_TEXT} it says)"
+                            if few else ""))
         if m.paired:
             lines.append(f"{m.metric} paired: {m.paired['pairs']} pairs, median difference "
                          f"{number(m.paired['median_difference'])}, Wilcoxon p = {p_text(m.paired['wilcoxon_p'])}")
@@ -100,8 +104,9 @@ def show(c) -> None:
     if c.differences:
         output.table("what differs", ["setting", "baseline", "candidate"], difference_rows(c))
     for t in c.token_differences:
-        output.warn(f"greedy outputs differ: request {t['request']}, token {t['position']}: "
-                    f"{t['baseline']} vs {t['candidate']}")
+        if t["baseline"] is not None and t["candidate"] is not None:  # a length difference is a warning of its own
+            output.warn(f"greedy outputs differ: request {t['request']}, token {t['position']}: "
+                        f"{t['baseline']} vs {t['candidate']}")
     for warning in c.warnings:
         output.warn(warning)
 
