@@ -39,9 +39,9 @@ def dsv4ctl(*args, env: dict[str, str] | None = None, timeout: float = 120, as_u
                           env={**os.environ, **(env or {})})
 
 
-def one_line_error(done, *needles: str) -> None:
-    """Exit 1, an `error:` line naming what went wrong, and no traceback."""
-    assert done.returncode == 1, (done.stdout, done.stderr)
+def one_line_error(done, *needles: str, code: int = 1) -> None:
+    """Exit `code` (1), an `error:` line naming what went wrong, and no traceback."""
+    assert done.returncode == code, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr, done.stderr
     first = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert first, done.stderr
@@ -351,7 +351,7 @@ def test_a_database_from_a_newer_dsv4ctl_is_refused(tmp_path):
 def test_a_run_id_beyond_sqlite_integers_is_not_found(tmp_path):
     db = tmp_path / "r.db"
     _store_with_a_run(db)
-    one_line_error(dsv4ctl("show", "99999999999999999999999", "--db", db), "no run")
+    one_line_error(dsv4ctl("show", "99999999999999999999999", "--db", db), "no run", code=2)  # issue 26 M6
 
 
 # ---- 7. odd numbers and failing judges ---------------------------------------------------------------------------
