@@ -106,7 +106,8 @@ def test_pending_reasons_that_never_clear(reason, stuck):
 
 
 def test_a_sweep_with_nothing_judged_says_so(cli, tmp_path):
-    spec = spec_file(tmp_path, "slow", {"REPLAY_SLEEP": "600"})
+    # a sweep needs a matrix (issue 26 m20): two points of the same slow replay
+    spec = spec_file(tmp_path, "slow", {"REPLAY_SLEEP": "600"}, extra="matrix:\n  sampling.max_tokens: [16, 32]\n")
     db = str(tmp_path / "r.db")
     try:
         done = cli("sweep", spec, "--backend", "local", "--no-wait", "--db", db, "--runs-dir", tmp_path / "runs")
