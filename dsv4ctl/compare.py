@@ -221,14 +221,9 @@ class Comparison:
 
 
 def _finite_or_null(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        items = [_finite_or_null(v) for v in value]
-        return None if isinstance(value, tuple) and any(v is None for v in items) else items
-    return value
+    from .stats import finite_or_null
+
+    return finite_or_null(value, intervals_whole=True)
 
 
 def _side_runs(side: Side) -> SideRuns:

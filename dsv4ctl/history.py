@@ -94,13 +94,9 @@ class History:
 
 
 def _finite_or_null(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_null(v) for v in value]
-    return value
+    from .stats import finite_or_null
+
+    return finite_or_null(value)
 
 
 # ---- change points ----------------------------------------------------------------------------------------------

@@ -140,3 +140,16 @@ def bootstrap_ratio_ci(a: list[float], b: list[float], confidence: float = 0.95)
                            rng=np.random.default_rng(BOOTSTRAP_SEED))
     low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
     return (low, high) if math.isfinite(low) and math.isfinite(high) else None
+
+
+def finite_or_null(value, intervals_whole: bool = False):
+    """`value` (nested dicts, lists, tuples) with every NaN or infinity as None, so JSON never holds Infinity; with
+    `intervals_whole`, a tuple (an interval) with a non-finite end becomes None as a whole."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_or_null(v, intervals_whole) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [finite_or_null(v, intervals_whole) for v in value]
+        return None if intervals_whole and isinstance(value, tuple) and any(v is None for v in items) else items
+    return value
