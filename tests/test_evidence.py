@@ -98,3 +98,32 @@ def test_no_first_blocker_ever_has_an_empty_message():
         v = judge(parse_file(str(path)))
         if v.first_blocker is not None:
             assert v.first_blocker.message.strip(), path.name
+
+
+def test_levels_written_in_the_text_in_other_frameworks_formats():
+    from dsv4ctl.judge.levels import text_level
+
+    assert text_level("2026-01-05T10:00:00.1Z ERROR svc.core pid:3 Failed to start") == ("ERROR", "svc.core pid:3 Failed to start")
+    assert text_level("[2025-01-01 10:00:00,1]::[App]::ERROR --> boom failed")[0] == "ERROR"
+    assert text_level("2026-01-22 16:55:01.270 | critical |   Always | Read bad value")[0] == "CRITICAL"
+    assert text_level("2026-01-22 16:55:01,2 - utils.client - INFO - polling")[0] == "INFO"
+    assert text_level("0.10.004.700 E CUDA error: invalid device function")[0] == "ERROR"
+    assert text_level("error: command 'gcc' failed")[0] == "ERROR"
+    # A word that starts a sentence is not a level; a type name is not one either.
+    assert text_level("Error executing method 'load_model'") is None
+    assert text_level("RuntimeError: x") is None
+    assert text_level("Loading E model 3") is None
+
+
+def test_quiet_records_in_text_formats_blame_nothing():
+    log = (b"2026-01-22 16:55:01.270 | warning  | Alloc | CUDA error: out of memory, retrying with a smaller batch\n"
+           b"[2025-03-02 10:11:12,345]::[App]::INFO --> cache sized to avoid a CUDA error: out of memory\n")
+    verdict = judge(parse_bytes(log))
+    assert verdict.status == "incomplete" and verdict.first_blocker is None
+
+
+def test_a_terse_device_line_yields_to_the_line_that_says_what_happened():
+    log = (b"/src/ggml-cuda.cu:88: CUDA error\n"
+           b"CUDA error: an illegal memory access was encountered\n")
+    blocker = judge(parse_bytes(log)).first_blocker
+    assert blocker.line == 2 and "illegal memory access" in blocker.message

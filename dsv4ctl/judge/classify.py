@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from . import levels
+
 FAMILIES = ("device", "oom", "collective", "compile", "config", "python", "signal", "worker_death", "scheduler",
             "setup")
 
@@ -32,6 +34,8 @@ _ASCEND = (r"aicore (?:exception|error|execution)|exception of \w+ aicore error|
            r"|[Vv]ector core execution timed out|\bE[A-Z]\d{4}: (?:Inner Error|\[PID)|PTA call acl api failed"
            r"|NPU function error|runtime result = 5\d{5}|error code is 5\d{5}|\brt\w+ failed: 5\d{5}")
 _XID = r"NVRM: Xid|\bXid \(PCI:|GPU has fallen off the bus"
+# Tenstorrent's tt-metal runtime asserts (`TT_THROW: ...`, `TT_FATAL`, records citing its assert.hpp).
+_TT = r"\bTT_(?:THROW|FATAL)\b|\(assert\.hpp:\d+\)"
 
 # Exception text ("Type: message", chained links included) -> family. First match wins; an exception that matches
 # no row is `python`.
@@ -49,7 +53,7 @@ EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|[Dd]evice-side assert(?!ions\.)|HSA_STATUS_ERROR|Memory access fault|VMFault|no kernel image is available"
         r"|invalid device function|misaligned address|unspecified launch failure|CUBLAS_STATUS_(?!SUCCESS)\w+"
         r"|CUDNN_STATUS_(?!SUCCESS)\w+|rocblas_status_(?!success)\w+|hipblaslt error|AcceleratorError"
-        r"|CUDA driver error|GPU is lost|Xid \d+|" + _ASCEND + "|" + _XID)),
+        r"|CUDA driver error|GPU is lost|Xid \d+|" + _ASCEND + "|" + _XID + "|" + _TT)),
     ("compile", re.compile(
         r"CompilationError|PassManager::run failed|torch\._dynamo|torch\._inductor|InductorError"
         r"|BackendCompilerFailed|TorchRuntimeError|ptxas|\bnvcc\b|\bhipcc\b|Failed to find C compiler|LLVM ERROR"
@@ -74,6 +78,7 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("device", "device_error", re.compile(r"Failed: (?:Cuda|CUDA|HIP) error|CUDA driver error|GPU is lost")),
     ("device", "xid", re.compile(_XID)),
     ("device", "ascend_error", re.compile(_ASCEND)),
+    ("device", "runtime_assert", re.compile(_TT)),
     ("collective", "collective_timeout", re.compile(r"Watchdog caught collective operation timeout")),
     ("collective", "collective_error", re.compile(r"ncclInternalError|ncclSystemError|ncclUnhandledCudaError"
                                                   r"|NCCL error in:")),
@@ -137,12 +142,7 @@ NAMES_ERROR = re.compile(
     r"|\bdead\b|crash|fault|segmentation|unable to|cannot|can't|could not|couldn't|not supported|unsupported"
     r"|refused|denied|panic|\binvalid\b", re.I)
 STRONG_RECORD_FAMILIES = frozenset({"device", "oom", "collective", "compile"})
-# A level written by the program or a log shipper inside the line's text (after any learned prefix).
-RECORD_LEVEL = re.compile(r"^.{0,80}?(?:\[(?:ERROR|Error|error|CRITICAL|Critical|FATAL|Fatal)\]|\| (?:ERROR|CRITICAL) +\|"
-                          r"| - (?:ERROR|CRITICAL) - |^(?:ERROR|CRITICAL|FATAL)(?::| \S))")
-
-
-ERROR_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL"})
+ERROR_LEVELS = levels.ERROR_LEVELS
 
 
 def names_error(text: str) -> bool:
@@ -155,12 +155,24 @@ def error_record(level: str | None, content: str) -> str | None:
     if level is not None:
         message = content if level in ERROR_LEVELS else None
     else:
-        m = RECORD_LEVEL.match(content)
-        message = content[m.end():] if m else None
+        level, message = levels.text_level(content) or (None, None)
+        message = message if level in ERROR_LEVELS else None
     if message is None:
         return None
     message = message.strip()
-    return message if len(message) >= 8 and names_error(message) else None
+    # A critical or fatal record is an error by its level alone (tt-metal's `| critical | Read unexpected ...`).
+    return message if len(message) >= 8 and (names_error(message) or level in ("CRITICAL", "FATAL")) else None
+
+
+def signature_family(text: str) -> str | None:
+    """`oom` or `device` when a line names an OOM or a device fault the way the runtimes print it (`CUDA error
+    209 at ggml-cuda.cu:6701: no kernel image ...`, `cuMemCreate CUDA_ERROR_OUT_OF_MEMORY`, vLLM's messages printed
+    without their exception type), else None. The hints printed beside such errors name no fault."""
+    if _OOM.search(text):
+        return "oom"
+    if _DEVICE.search(text):
+        return "device"
+    return None
 
 
 def record_family(text: str) -> str:
@@ -187,6 +199,10 @@ def line_error(text: str) -> tuple[str, str] | None:
         if pattern.search(text):
             return family, kind
     return None
+
+
+_OOM = dict(EXCEPTION_FAMILIES)["oom"]
+_DEVICE = dict(EXCEPTION_FAMILIES)["device"]
 
 
 def rank(family: str | None) -> int:

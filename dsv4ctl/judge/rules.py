@@ -27,6 +27,7 @@ Noise        = the usage-report thread, atexit/shutdown tracebacks, `libcudart i
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -183,9 +184,25 @@ def root_cause(errors: list[Blocker]) -> Blocker | None:
         return None
     best = min(classify.rank(e.family) for e in pool)
     ranked = [e for e in pool if classify.rank(e.family) == best]
-    # The same error is often both logged (`ERROR ... RuntimeError('CUDA error: ...')`) and raised: the raised
-    # exception, with its traceback, is the line to name.
-    return next((e for e in ranked if e.kind != "logged_error"), ranked[0])
+    # The same error is often both logged or printed (`ERROR ... RuntimeError('CUDA error: ...')`, vLLM's message
+    # printed without its type) and raised: the raised exception, with its traceback, is the line to name.
+    raised = [e for e in ranked if e.kind not in PRINTED_KINDS]
+    if raised:
+        return raised[0]
+    # Of printed lines, one that says what happened (`ggml-cuda.cu:72: CUDA error` is followed by the line with
+    # `CUDA error: no kernel image is available ...`).
+    return next((e for e in ranked if not _terse(e.message)), ranked[0])
+
+
+PRINTED_KINDS = ("logged_error", "printed_error")
+_PATHS = re.compile(r"\S*[/\\]\S*|\S+\.\w+:\d+:?")
+
+
+def _terse(message: str) -> bool:
+    """A message that only names the error's kind: three words or fewer once paths and file:line are gone."""
+    words = [w for w in _PATHS.sub(" ", message.splitlines()[0] if message else "").split()
+             if any(ch.isalpha() for ch in w)]
+    return len(words) <= 3
 
 
 def _missing_reason(facts: LogFacts, expected: int, printed: int) -> str:

@@ -21,13 +21,13 @@ from __future__ import annotations
 import os
 from typing import IO
 
-from . import classify, markers, prefixes
+from . import classify, levels, markers, prefixes
 from .anchors import ANCHORS, finder, newline_counter  # noqa: F401  (finder re-exported)
 from .captures import DONE, MAX_CAPTURE_LINES, MORE, REJECT, Capture
 from .facts import Event, LogFacts
-from .scan_records import (_HTTP_500, _QUIET_LEVELS, MAX_BAD_KEPT, MAX_DIAG_EXAMPLES, MAX_DIAG_KEYS,  # noqa: F401
+from .scan_records import (_HTTP_500, MAX_BAD_KEPT, MAX_DIAG_EXAMPLES, MAX_DIAG_KEYS,  # noqa: F401
                            MAX_EVENTS, MAX_NOISE, MAX_REQUESTS, MAX_STAGES, MAX_TRACEBACKS, RecordHandlers,
-                           _may_hold_level, _orphan_exception)
+                           _orphan_exception)
 from .tokens import RequestBlock, VerdictOptions, judge_request, parse_token_ids  # noqa: F401  (re-exported)
 from .values import (clean_line, is_nonfinite_value, json_object, parse_decode_list,  # noqa: F401  (re-exported)
                      parse_scalar, safe_cut)
@@ -248,6 +248,21 @@ class LogParser(RecordHandlers):
                 found.append((line_no - back, message[:1000]))
         return found
 
+    def _signature_line(self, line_no: int, proc: str | None, content: str, buf: bytes, start: int) -> bool:
+        """A line that names an OOM or a device fault the way runtimes print it, outside any traceback and logger
+        record (llama.cpp's `CUDA error 209 at ...: no kernel image ...`, a C++ `what():` line, vLLM's message
+        printed without its exception type): an error line of that family."""
+        text = content.strip()
+        if content[:1] in (" ", "\t") and not text.startswith("what():"):
+            return False  # a frame's source line, an indented hint
+        family = classify.signature_family(text)
+        if family is None:
+            return False
+        self._add(self.facts.line_errors, Event(line_no, "printed_error", text[:1000], proc, family,
+                                                [s[:300] for s in (self._previous_line(proc, buf, start), text) if s]),
+                  "line_errors")
+        return True
+
     def _dispatch(self, line_no: int, heads: prefixes.Heads, buf: bytes, start: int) -> None:
         facts, content, proc = self.facts, heads.content, heads.process
         if markers.DIAG in content:  # first: debug runs print one per rank per layer (the report's J14-J16)
@@ -298,7 +313,14 @@ class LogParser(RecordHandlers):
             self._add(facts.line_errors, Event(line_no, kind, content.strip()[:1000], proc, family,
                                                [s[:300] for s in (previous, content.strip()) if s]), "line_errors")
             return
-        if heads.level not in _QUIET_LEVELS and ("Error" in content or "Exception" in content):
+        level = heads.level
+        if level is None and content[:1] not in (" ", "\t"):
+            level = (levels.text_level(content) or (None, ""))[0]
+        if levels.is_quiet(level):
+            if not self._engine_ready:
+                self._engine_line(content)
+            return
+        if "Error" in content or "Exception" in content:
             text = _orphan_exception(content)
             if text:
                 self._add(facts.orphan_exceptions,
@@ -306,14 +328,15 @@ class LogParser(RecordHandlers):
                                 [s[:300] for s in (self._previous_line(proc, buf, start), text) if s]),
                           "orphan_exceptions")
                 return
-        if content[:1] not in (" ", "\t") and (heads.level in classify.ERROR_LEVELS
-                                                 or (heads.level is None and _may_hold_level(content))):
+        if level in classify.ERROR_LEVELS and content[:1] not in (" ", "\t"):
             message = classify.error_record(heads.level, content)
             if message:
                 self._add(facts.logged_errors, Event(line_no, "logged_error", message[:1000], proc,
                                                      classify.record_family(message), [content.strip()[:300]]),
                           "logged_errors")
                 return
+        if self._signature_line(line_no, proc, content, buf, start):
+            return
         if not self._engine_ready:
             self._engine_line(content)
 
