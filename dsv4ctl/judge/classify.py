@@ -87,7 +87,8 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                                                r"|Engine process \(pid \d+\) died")),  # V0 serve's MQLLMEngine
     ("worker_death", "fatal_check", re.compile(r"\bCheck failed: ")),  # a C++ process's fatal CHECK (glog, Ray)
     ("setup", "setup_error", re.compile(r"Lmod has detected the following error|: command not found$")),
-    ("oom", "oom_kill", re.compile(r"Out of memory: Kill(?:ed)? process|invoked oom-killer|oom_kill_process")),
+    ("oom", "oom_kill", re.compile(r"Out of memory: Kill(?:ed)? process|invoked oom-killer|oom_kill_process"
+                                   r"|^srun: error: \S+: tasks? [\d,\-]+: Out Of Memory")),
     ("signal", "fatal_signal", re.compile(
         r"Fatal Python error: (?:Segmentation fault|Aborted|Bus error|Floating point exception|Illegal instruction)"
         r"|\*\*\* ?SIG(?:SEGV|ABRT|BUS|FPE|ILL)\b|\bSIG(?:SEGV|ABRT|BUS|FPE|ILL)\b(?: \(@[^)]*\))? received"
@@ -103,7 +104,7 @@ STEPD_EVENTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("time_limit", "scheduler", re.compile(r"CANCELLED AT \S+ DUE TO TIME LIMIT")),
     ("preempted", "scheduler", re.compile(r"CANCELLED AT \S+ DUE TO PREEMPTION")),
     ("node_fail", "scheduler", re.compile(r"DUE TO NODE FAILURE")),
-    ("oom_kill", "oom", re.compile(r"oom-kill event|Exceeded job memory limit|OUT_OF_MEMORY")),
+    ("oom_kill", "oom", re.compile(r"oom[-_]kill event|Exceeded job memory limit|OUT_OF_MEMORY")),
     ("cancelled", "scheduler", re.compile(r"CANCELLED AT")),
 )
 

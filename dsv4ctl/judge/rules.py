@@ -165,6 +165,12 @@ def main_path_errors(facts: LogFacts) -> list[Blocker]:
                               f"Error (the engine behind the server died): {first.text}", process=first.process,
                               family="worker_death", evidence=[first.text], wrapper=True))
     errors += [_traceback_blocker(tb) for tb in facts.tracebacks if not tb.noise]
+    # The scheduler's OOM kill, when it comes first, explains the errors printed after it (a workflow tool's
+    # report, torchrun's ChildFailedError, a shell's exit status); after an error, it is that error's echo.
+    kill = next((e for e in facts.scheduler_events if e.family == "oom"), None)
+    if kill is not None and all(e.line > kill.line for e in errors):
+        errors.append(Blocker(kill.line, "oom_kill", kill.text, process=kill.process, family="oom",
+                              evidence=[kill.text]))
     return sorted(errors, key=lambda b: b.line)
 
 
