@@ -127,3 +127,19 @@ def test_a_terse_device_line_yields_to_the_line_that_says_what_happened():
            b"CUDA error: an illegal memory access was encountered\n")
     blocker = judge(parse_bytes(log)).first_blocker
     assert blocker.line == 2 and "illegal memory access" in blocker.message
+
+
+def test_colour_codes_that_lost_their_escape_byte_are_removed():
+    from dsv4ctl.judge.values import clean_line
+
+    raw = "\ufffd[1;36m(Worker pid=3)\ufffd[0;0m ERROR 01-01 00:00:00 [x.py:1] boom".encode()
+    assert clean_line(raw) == "(Worker pid=3) ERROR 01-01 00:00:00 [x.py:1] boom"
+
+
+def test_a_short_paste_is_read_whole_and_advice_blames_nothing():
+    # No anchor on either line: read because it is among a log's first lines.
+    log = b"loading shards 4/4\nWorkerProc failed to start.\n"
+    blocker = judge(parse_bytes(log)).first_blocker
+    assert blocker is not None and blocker.line == 2
+    advice = b"Refer to the documentation on how to address the out of memory issue: https://example.org/oom\n"
+    assert judge(parse_bytes(advice)).first_blocker is None

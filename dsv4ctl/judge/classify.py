@@ -169,6 +169,8 @@ def signature_family(text: str) -> str | None:
     """`oom` or `device` when a line names an OOM or a device fault the way the runtimes print it (`CUDA error
     209 at ggml-cuda.cu:6701: no kernel image ...`, `cuMemCreate CUDA_ERROR_OUT_OF_MEMORY`, vLLM's messages printed
     without their exception type), else None. The hints printed beside such errors name no fault."""
+    if _ADVICE.match(text):
+        return None
     if _OOM.search(text):
         return "oom"
     if _DEVICE.search(text):
@@ -203,6 +205,9 @@ def line_error(text: str) -> tuple[str, str] | None:
 
 
 _OOM = dict(EXCEPTION_FAMILIES)["oom"]
+# Advice printed beside an error ("Refer to the documentation on how to address the out of memory issue").
+_ADVICE = re.compile(r"(?:Refer to|See |Consider|Try |To avoid|If (?:you|this)|Please|For debugging|You (?:can|may)"
+                     r"|Set |Use |HINT|Hint|Tip|Note)", re.I)
 _DEVICE = dict(EXCEPTION_FAMILIES)["device"]
 
 

@@ -37,6 +37,10 @@ HEAD_LINES = 256  # the first lines, read before anything else, teach the prefix
 CAPTURE_IDLE_LINES = 200  # a capture whose process printed nothing for this many lines is closed
 FAST_COUNT_BYTES = 64 << 20  # from this log size on, importing numpy (~50 ms) to count newlines pays off
 
+# A log's first lines are all read, anchors or not, until the engine is ready: a paste into a thread is short, and
+# its runtime's words (`TT_THROW`, `| critical |`, an answer printed bare) are not worth an anchor that every byte of
+# a 512 MiB log would pay for.
+READ_ALL_LINES = 1024
 RECORDS_ABOVE = 8  # lines looked back from a traceback's header for ERROR records of its process
 
 
@@ -138,7 +142,7 @@ class LogParser(RecordHandlers):
         wrap = self._prefixes.wrap_width
         pos = hi = 0
         while pos < end:
-            if self._captures or wrap:
+            if self._captures or wrap or (self._line_no <= READ_ALL_LINES and not self._engine_ready):
                 stop = buf.find(b"\n", pos, end)
                 raw = buf[pos:stop]
                 first = self._line_no
@@ -336,6 +340,11 @@ class LogParser(RecordHandlers):
                           "logged_errors")
                 return
         if self._signature_line(line_no, proc, content, buf, start):
+            return
+        if content[:1] not in (" ", "\t") and classify.WRAPPERS.match(content):
+            # A wrapper's message printed bare (`WorkerProc failed to start.`): an error, but the least of them.
+            self._add(facts.line_errors, Event(line_no, "wrapper", content.strip()[:1000], proc, "python",
+                                               [content.strip()[:300]]), "line_errors")
             return
         if not self._engine_ready:
             self._engine_line(content)

@@ -27,7 +27,9 @@ MAX_DIAG_KEYS = 256
 MAX_STAGES = 256
 MAX_EVENTS = 200
 
-_ORPHAN_EXCEPTION = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure))"
+# Ray's wrapped exceptions name the inner type in parentheses: `ray.exceptions.RayTaskError(RuntimeError): ...`.
+_ORPHAN_EXCEPTION = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)"
+                               r"(?:\([\w.]{1,80}\))?)"
                                r"(?::\s?(?P<msg>.*))?$")
 _QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "WARN"})
 # An exception line behind a prefix the scanner did not learn (a three-line paste, a launcher nobody has seen):

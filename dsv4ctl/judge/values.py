@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_MANGLED_ANSI = re.compile(r"\ufffd\[[0-9;]{0,12}m")
 LONG_LINE_SLACK = 1 << 16  # where to cut a too-long line: the last separator this close to the limit
 
 
@@ -64,6 +65,8 @@ def clean_line(raw: bytes) -> str:
     text = raw.decode("utf-8", errors="replace")
     if "\x1b" in text:
         text = _ANSI.sub("", text)
+    if "\ufffd[" in text:  # colour codes whose ESC byte a copy or a transcoding turned into U+FFFD
+        text = _MANGLED_ANSI.sub("", text)
     if "\r" in text:
         frames = [f for f in text.split("\r") if f.strip()]
         text = frames[-1] if len(frames) == 1 else "\r".join(frames)
