@@ -114,3 +114,11 @@ def test_degenerate_text(text, problem):
 ])
 def test_real_answers_stay_coherent(text):
     assert text_problems(text, 8) == []
+
+
+def test_korean_particles_on_english_words_are_not_token_soup():
+    text = ("주어진 Prompt를 읽고 Question에 답하세요. 이 모델은 Transformer를 사용하며, 학습 데이터는 "
+            "Wikipedia와 뉴스 기사입니다. 결과는 JSON으로 돌려줍니다.")
+    assert text_problems(text, 8) == []
+    # Two scripts that never share a word still do.
+    assert text_problems("the answer is answerОтвет and theyОтветим fine words here", 8) != []

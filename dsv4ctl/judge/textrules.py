@@ -28,9 +28,10 @@ _SCRIPTS = (("latin", re.compile(r"[A-Za-z\u00c0-\u024f\u1e00-\u1eff]")), ("cyri
             ("devanagari", re.compile(r"[\u0900-\u097f]")), ("hangul", re.compile(r"[\uac00-\ud7af\u1100-\u11ff]")),
             ("kana", re.compile(r"[\u3040-\u30ff]")), ("cjk", re.compile(r"[\u4e00-\u9fff\u3400-\u4dbf]")))
 # Scripts that share words in real text: Chinese and Japanese write English words without spaces, Japanese mixes
-# kana and kanji in one word.
+# kana and kanji in one word, Korean attaches its particles to English words (`Context를`) and writes some Hanja.
 _ALLOWED_MIX = (frozenset({"latin", "cjk"}), frozenset({"kana", "cjk"}), frozenset({"latin", "kana"}),
-                frozenset({"latin", "kana", "cjk"}))
+                frozenset({"latin", "kana", "cjk"}), frozenset({"latin", "hangul"}), frozenset({"hangul", "cjk"}),
+                frozenset({"latin", "hangul", "cjk"}))
 SOUP_SHORT = 600  # ">= 3 scripts" is judged on answers up to this long (a long answer may quote several languages)
 
 # Function words of the Latin-script languages models answer in: prose has them in almost every phrase.
