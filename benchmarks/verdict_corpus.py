@@ -13,7 +13,8 @@ expected_class`, `acceptable_classes`, `root_cause_substring`, `root_cause_alter
                points at) holds it or an alternative, ignoring case; without one: no first blocker, or one that
                holds none of the forbidden substrings
   tool error   the judge raised, or the verdict is not JSON-serialisable
-  coherent FP  a case labelled `coherent` that the verdict calls anything else (the text rules' false alarms)
+  coherent FP  a case labelled `coherent` that the verdict calls anything else; of them, the false alarms are
+               those called degenerate, nonfinite or an error (`incomplete` is an answer the judge did not read)
 
 `--text-rules` also runs the text rules alone on every coherent-labelled case: on each output the scanner read, or
 on the whole excerpt when it read none (an answer pasted as plain text), and prints what they flagged and the
@@ -108,13 +109,16 @@ def totals(rows: list[dict]) -> dict:
         "tool_errors": sum(r["error"] is not None for r in rows),
         "coherent_cases": len(coherent),
         "coherent_false_positives": sum(r["status"] != "coherent" for r in coherent),
+        # A coherent answer judged degenerate, nonfinite or an error: a false alarm of the rules. `incomplete` (a
+        # plain answer with no shape the judge reads as an output) is not one: it never passes, and blames nothing.
+        "coherent_false_alarms": sum(r["status"] not in ("coherent", "incomplete") for r in coherent),
         "seconds": round(sum(r["seconds"] for r in rows), 2),
     }
 
 
 def totals_line(t: dict) -> str:
-    fp = (f", coherent false positives: {t['coherent_false_positives']}/{t['coherent_cases']}"
-          if t["coherent_cases"] else "")
+    fp = (f", coherent false positives: {t['coherent_false_positives']}/{t['coherent_cases']} (false alarms, "
+          f"not incomplete: {t['coherent_false_alarms']})" if t["coherent_cases"] else "")
     return (f"real logs: {t['cases']} cases, passes on must-not-pass: {t['passes_on_must_not_pass']}, "
             f"class right: {t['class_right']}/{t['cases']}, root cause right: {t['root_cause_right']}/{t['cases']}, "
             f"tool errors: {t['tool_errors']}{fp}")
