@@ -84,7 +84,7 @@ def kernel_apply(experts, call: dict) -> bool:
 
 def patch_emulation_experts(module) -> str | None:
     """The shim's patch for TARGET_MODULE: wrap the class's apply (guarded by its signature, idempotent)."""
-    from .shim import _mark
+    from .patchmark import mark as _mark
 
     if os.environ.get("DSV4_MOE_BACKEND") != "triton_w4a16":  # emulation, native, auto: vLLM's own choice
         return None

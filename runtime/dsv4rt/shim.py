@@ -21,7 +21,7 @@ from .moe_patch import TARGET_MODULE as MOE_TARGET, patch_emulation_experts
 from .sparse_patch import CONSUMERS, TARGET, patch_sparse_decode, patch_sparse_decode_consumer
 
 GFX936_TARGET_VERSION = "90306"  # gfx9.3.6 in /sys/class/kfd/kfd/topology/nodes/*/properties
-MARK = "__dsv4_shim__"
+from .patchmark import MARK, mark as _mark  # noqa: F401  (MARK: read by tests and the probe)
 APPLIED: list[str] = []
 
 
@@ -56,19 +56,6 @@ def enabled() -> bool:
 # ---- patches ------------------------------------------------------------------------------------------------------
 
 
-def _mark(target: object, name: str) -> bool:
-    """True the first time `name` is applied to `target` (idempotence)."""
-    done = getattr(target, MARK, None)
-    if done is None:
-        done = set()
-        try:
-            setattr(target, MARK, done)
-        except (AttributeError, TypeError):
-            return False
-    if name in done:
-        return False
-    done.add(name)
-    return True
 
 
 def patch_skinny_gemm_default() -> str | None:
