@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -129,3 +130,18 @@ def _open(target: str, path: Path) -> _GuardedConnection:
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000:d}")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
+
+
+def set_wal(conn: _GuardedConnection) -> None:
+    """WAL journaling. Another process creating or migrating the same new file holds a lock SQLite does not wait on
+    here (it answers "database is locked" at once), so that is retried up to the busy timeout: a lock is not a
+    read-only file, and must never turn a writer into a reader."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except StoreError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

@@ -20,7 +20,7 @@ from typing import Any
 
 import sqlite_utils
 
-from .dbfile import BUSY_TIMEOUT_S, StoreError, connect, writable  # noqa: F401 - re-exported
+from .dbfile import BUSY_TIMEOUT_S, StoreError, connect, set_wal, writable  # noqa: F401 - re-exported
 from .errors import Dsv4Error, UsageError
 
 DEFAULT_DB = "results.db"
@@ -297,9 +297,9 @@ class Store:
         conn = connect(self.path, self.read_only)
         if not self.read_only:
             try:
-                conn.execute("PRAGMA journal_mode = WAL")
-            except StoreError:
-                if not self.path.exists():
+                set_wal(conn)
+            except StoreError as exc:
+                if not self.path.exists() or "read-only" not in str(exc):
                     raise
                 conn.close()  # the file or its folder refuses writes after all (immutable, read-only mount)
                 self.read_only = True
