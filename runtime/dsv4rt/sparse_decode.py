@@ -193,28 +193,37 @@ def _partial_kernel(q_ptr, q_s0, q_s1,
 
 @triton.jit
 def _combine_kernel(part_ml_ptr, part_acc_ptr, sink_ptr, out_ptr, out_s0, out_s1, lse_ptr, lse_s0,
-                    num_heads, num_splits, BLOCK_H: tl.constexpr, HAS_SINK: tl.constexpr):
+                    num_heads, num_splits, SPLITS: tl.constexpr, BLOCK_C: tl.constexpr, HAS_SINK: tl.constexpr):
+    """Merge the splits of one query's head, BLOCK_C output columns a program: every split's (m, l) and partial
+    accumulator are loaded at once (one round trip, not one per split) and weighted by exp2(m_s - max m)."""
     b = tl.program_id(0)
-    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    head_ok = heads < num_heads
-    cols = tl.arange(0, 512)
-    m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_H,), tl.float32)
-    acc = tl.zeros((BLOCK_H, 512), tl.float32)
-    for split in range(num_splits):
-        row = (b * num_splits + split).to(tl.int64) * num_heads + heads
-        m_s = tl.load(part_ml_ptr + 2 * row, mask=head_ok, other=float("-inf"))
-        l_s = tl.load(part_ml_ptr + 2 * row + 1, mask=head_ok, other=0.0)
-        acc_s = tl.load(part_acc_ptr + row[:, None] * 512 + cols[None, :], mask=head_ok[:, None], other=0.0)
-        m_new = tl.maximum(m_i, m_s)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        a_old = tl.exp2(m_i - m_safe)
-        a_new = tl.exp2(m_s - m_safe)
-        l_i = l_i * a_old + l_s * a_new
-        acc = acc * a_old[:, None] + acc_s * a_new[:, None]
-        m_i = m_new
-    _finish(acc, m_i, l_i, sink_ptr, heads, head_ok, out_ptr + b.to(tl.int64) * out_s0 + heads[:, None] * out_s1,
-            lse_ptr + b * lse_s0 + heads, HAS_SINK)
+    head = tl.program_id(1)
+    cols = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
+    split = tl.arange(0, SPLITS)
+    ok = split < num_splits
+    row = (b * num_splits + split).to(tl.int64) * num_heads + head  # partials [B, S, H]
+    m_s = tl.load(part_ml_ptr + 2 * row, mask=ok, other=float("-inf"))
+    l_s = tl.load(part_ml_ptr + 2 * row + 1, mask=ok, other=0.0)
+    acc_s = tl.load(part_acc_ptr + row[:, None] * 512 + cols[None, :], mask=ok[:, None], other=0.0)
+    m_i = tl.max(m_s, 0)
+    m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
+    weight = tl.where(ok, tl.exp2(m_s - m_safe), 0.0)
+    l_i = tl.sum(l_s * weight, 0)
+    acc = tl.sum(acc_s * weight[:, None], 0)
+    empty = l_i == 0.0  # a NaN l (a corrupt byte was attended) stays NaN, as in the reference
+    lse = tl.where(empty, float("inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) / 1.4426950408889634)
+    out = acc / tl.where(empty, 1.0, l_i)
+    if HAS_SINK:
+        out = out / (1.0 + tl.exp(tl.load(sink_ptr + head).to(tl.float32) - lse))
+    out = tl.where(empty, 0.0, out)
+    tl.store(out_ptr + b.to(tl.int64) * out_s0 + head * out_s1 + cols, out.to(out_ptr.dtype.element_ty))
+    first = cols == 0  # one lane of the query's first column block writes lse (a vector mask: the interpreter
+    tl.store(lse_ptr + b * lse_s0 + head + cols * 0, lse + tl.zeros((BLOCK_C,), tl.float32), mask=first)  # wants one)
+
+
+def combine_columns(splits: int) -> int:
+    """Output columns per combine program: all splits' partial rows of them stay within ~8K floats."""
+    return max(32, min(LATENT, 8192 // triton.next_power_of_2(splits)))
 
 
 # ---- the wrapper ----------------------------------------------------------------------------------------------------
@@ -349,8 +358,11 @@ def sparse_mla_decode(q: torch.Tensor, cache: torch.Tensor, indices: torch.Tenso
                           BLOCK_N=block_n, HAS_SINK=attn_sink is not None, DIRECT=direct, INTERPRET=_interpreted(),
                           num_warps=num_warps)
     if not direct:
-        _combine_kernel[(batch, head_blocks)](part_ml, part_acc, sink, out, out.stride(0), out.stride(1), lse,
-                                              lse.stride(0), heads, num_splits, BLOCK_H=block_h,
-                                              HAS_SINK=attn_sink is not None, num_warps=4)
+        columns = combine_columns(num_splits)
+        _combine_kernel[(batch, heads, LATENT // columns)](part_ml, part_acc, sink, out, out.stride(0), out.stride(1),
+                                                           lse, lse.stride(0), heads, num_splits,
+                                                           SPLITS=triton.next_power_of_2(num_splits),
+                                                           BLOCK_C=columns, HAS_SINK=attn_sink is not None,
+                                                           num_warps=4)
     return out, lse
 
