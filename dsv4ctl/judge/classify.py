@@ -93,10 +93,13 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"Fatal Python error: (?:Segmentation fault|Aborted|Bus error|Floating point exception|Illegal instruction)"
         r"|\*\*\* ?SIG(?:SEGV|ABRT|BUS|FPE|ILL)\b|\bSIG(?:SEGV|ABRT|BUS|FPE|ILL)\b(?: \(@[^)]*\))? received"
         r"|received signal SIG(?:SEGV|ABRT|BUS|FPE|ILL)|[Cc]aught signal \d+ \(SIG|Segmentation fault|core dumped"
-        r"|terminate called after throwing an instance of|signal (?:11|6) \(SIG(?:SEGV|ABRT)\)")),
+        r"|terminate called after throwing an instance of|signal (?:11|6) \(SIG(?:SEGV|ABRT)\)"
+        # MPI launchers: Open MPI's `*** Process received signal ***` / `Signal: Aborted (6)`, MPICH's banner
+        r"|\*\*\* Process received signal \*\*\*|^(?:\[[^\]]*\] )?Signal: [A-Z][a-z]+(?: [a-z]+)* \(\d+\)"
+        r"|BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES")),
     ("signal", "killed", re.compile(
         r"^Killed$|[\]|]Killed$|^(?:\S+: )?line \d+: +\d+ Killed\b|^\[\d+\]\+? +Killed +\S|exit(?:ed)? (?:with )?(?:status|code)[:= ]+137\b"
-        r"|exitcode ?[:=] ?-9\b|signal 9 \(SIGKILL\)|received SIGKILL|[Kk]illed by signal 9\b")),
+        r"|exitcode ?[:=] ?-9\b|signal 9 \(SIGKILL\)|received SIGKILL|[Kk]illed by signal 9\b|^=\s+EXIT CODE: (?:9|137)$")),
 )
 
 # The scheduler's own words in the log (slurmstepd): (kind, family, pattern). First match wins.

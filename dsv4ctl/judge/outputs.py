@@ -32,7 +32,8 @@ NONFINITE_LOGPROB = re.compile(r"""(?:cumulative_logprob|logprob)["']?\s*[=:]\s*
 _JSON_ANSWER = re.compile(r'"(?:message|delta)"\s*:\s*\{[^{}]{0,300}?"content"\s*:\s*"(?P<s>(?:[^"\\]|\\.)*)(?P<end>")?'
                           r'|"choices"\s*:\s*\[\s*\{[^{}]{0,300}?"text"\s*:\s*"(?P<t>(?:[^"\\]|\\.)*)(?P<tend>")?')
 _SSE = re.compile(r"^data: ?(?P<body>\{.*)$")
-_IDS_LABEL = re.compile(r"(?<![\w.])(?:(?:output|generated|completion)[ _](?:token[ _])?ids|token[ _]ids)['\"]?\s*[=:]\s*"
+_IDS_LABEL = re.compile(r"(?<![\w.])(?:(?:output|generated|completion|response)[ _](?:token[ _])?(?:ids|tokens)|token[ _]ids)"
+                        r"['\"]?\s*[=:]\s*"
                         r"(?:array\('l', |tensor\(\[?)?\[(?P<ids>[-\d,\s]{0,1000000})\]")
 _BARE_IDS = re.compile(r"^\[\[?(?P<ids>\s*\d{1,9}(?:\s*,\s*\d{1,9}){7,})\s*,?\s*\]\]?$")
 _BARE_REPR = re.compile(r"^(?P<lit>'(?:[^'\\]|\\.){4,}'|\"(?:[^\"\\]|\\.){4,}\")$")
@@ -96,7 +97,7 @@ def read_outputs(content: str) -> list[PrintedOutput]:
             found.append(PrintedOutput(json_string(body)[:MAX_TEXT], None, _nonfinite(content)))
         if found:
             return found
-    m = _IDS_LABEL.search(content) if "ids" in content else None
+    m = _IDS_LABEL.search(content) if "ids" in content or "tokens" in content else None
     if m and "prompt" not in content[max(0, m.start() - 7):m.start()]:
         return [PrintedOutput(None, _ids(m.group("ids")), _nonfinite(content))]
     stripped = content.strip()
@@ -107,6 +108,15 @@ def read_outputs(content: str) -> list[PrintedOutput]:
     if _BOS_RUN.search(content):
         return [PrintedOutput(content[:MAX_TEXT], None)]
     return []
+
+
+def shown_as_printed(source: str, output_repr: str) -> str:
+    """An output as the log shows it, for a blocker's message: a JSON body's text with its escapes (`\u0000`,
+    `\n`), anything else as its repr."""
+    if source not in ("openai_json", "openai_stream") or output_repr[:1] not in ("'", '"'):
+        return output_repr
+    text = literal(output_repr)
+    return json.dumps(text, ensure_ascii=False)
 
 
 def stream_delta(content: str) -> tuple[str, bool] | None:

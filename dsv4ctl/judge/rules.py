@@ -31,7 +31,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from . import classify
+from . import classify, outputs
 from .sacct import SchedulerSummary
 from .scan import LogFacts
 from .states import KILLED as KILLED_STATES
@@ -346,7 +346,8 @@ def judge(facts: LogFacts, scheduler: SchedulerSummary | None = None,
     elif status == "degenerate":
         bad_request = min(bad, key=lambda r: r.line) if bad else None
         if bad_request is not None:
-            shown = f": {bad_request.output_repr[:200]}" if bad_request.output_repr else ""
+            shown = (f": {outputs.shown_as_printed(bad_request.source, bad_request.output_repr)[:200]}"
+                     if bad_request.output_repr else "")
             first_blocker = Blocker(bad_request.line, "degenerate_output", bad_request.problems[0] + shown,
                                     evidence=[(bad_request.output_repr or "")[:300]] if bad_request.output_repr
                                     else [])

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import IO
 
-from . import classify, levels, markers, prefixes
+from . import classify, levels, markers, plaintext, prefixes
 from .anchors import ANCHORS, finder, newline_counter  # noqa: F401  (finder re-exported)
 from .captures import DONE, MAX_CAPTURE_LINES, MORE, REJECT, Capture
 from .facts import Event, LogFacts
@@ -62,6 +62,8 @@ class LogParser(RecordHandlers):
         self._current_request: RequestBlock | None = None
         self._current_overflow = False
         self._stream: tuple[int, list[str]] | None = None  # a streamed answer's first line and its deltas so far
+        self._plain = plaintext.PlainBlocks()  # bare lines of a short paste: an answer pasted as plain text?
+        self._bare = False  # the line just dispatched matched nothing
         self.fast_count = False  # count newlines with numpy (set for big inputs, where its import pays off)
 
     # -- options --
@@ -114,11 +116,20 @@ class LogParser(RecordHandlers):
         self._captures.clear()
         self._end_stream()
         self._finish_request()
+        self._plain.end()
+        self._plain_answer()
         # Captures finish out of order when ranks interleave: keep records in log order.
         self.facts.tracebacks.sort(key=lambda tb: tb.line)
         self.facts.noise.sort(key=lambda e: e.line)
         self.facts.lines = self._line_no - 1
         return self.facts
+
+    def _plain_answer(self) -> None:
+        limit = self.options.merged_with(self.facts.expect).max_repeat_run
+        answer = plaintext.plain_result(self.facts, self._plain.blocks, limit)
+        if answer is not None:
+            self._printed_request(answer.line, answer.text, None, "plain_text")
+            self.facts.requests[-1].output_repr = repr(answer.shown[:4096])
 
     def _learn(self, data: bytes) -> None:
         lines = [clean_line(raw) for raw in data.split(b"\n", HEAD_LINES)[:HEAD_LINES]]
@@ -201,20 +212,29 @@ class LogParser(RecordHandlers):
     def _line(self, line_no: int, raw: bytes, buf: bytes, start: int) -> None:
         text = clean_line(raw)
         for frame in text.split("\r") if "\r" in text else (text,):
-            heads = self.heads(frame)
+            outer = self._prefixes.strip(frame)
+            heads = prefixes.split_heads(outer)
             capture = self._captures.get(heads.process)
             if capture is not None:
                 capture.last_line = line_no
                 limit = getattr(capture, "max_lines", MAX_CAPTURE_LINES)
                 state = capture.feed(line_no, heads) if capture.lines_seen < limit else REJECT
                 if state == MORE:
+                    self._plain.end()
                     continue
                 if self._captures.get(heads.process) is capture:
                     del self._captures[heads.process]
                 capture.close()
                 if state == DONE:
+                    self._plain.end()
                     continue
+            self._bare = False
             self._dispatch(line_no, heads, buf, start)
+            if (self._bare and heads.content == outer and line_no <= READ_ALL_LINES and not self._engine_ready
+                    and not plaintext.PROGRESS.search(outer)):
+                self._plain.add(line_no, heads.content)  # no process tag, no logger head, not a progress bar
+            else:
+                self._plain.end()
 
     def _previous_line(self, proc: str | None, buf: bytes, start: int) -> str:
         """The nearest non-blank line of the same process above `start`, looking back a few lines in the buffer."""
@@ -348,6 +368,7 @@ class LogParser(RecordHandlers):
             return
         if not self._engine_ready:
             self._engine_line(content)
+        self._bare = levels.text_level(content) is None if content.strip() else True
 
 
 def parse_stream(stream: IO[bytes], chunk_size: int = CHUNK_SIZE, options: VerdictOptions | None = None) -> LogFacts:

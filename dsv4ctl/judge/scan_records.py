@@ -173,6 +173,8 @@ class RecordHandlers:
         if ids is not None:
             request.token_ids = ids[:]
             request.n_ids = len(ids)
+        if text is None and ids:  # shown as the log shows it: the list's first ids
+            request.output_repr = "[" + ", ".join(map(str, ids[:24])) + (", ...]" if len(ids) > 24 else "]")
         self._add_request(request)
         self._finish_request()
 

@@ -14,6 +14,11 @@ rate and what it was measured on).
                          (Latin, CJK and kana together are Japanese and allowed)
   word salad             >= 15 Latin words of prose (not code) with almost no function words, or >= 20 words
                          of which many are two-letter fragments that no language writes
+  past the end of turn   after the chat template's end-of-turn token (`<|im_end|>`, `<|eot_id|>`, `</s>`...), one
+                         special token >= 3 times with little text between: the template echoed in a loop
+
+A cut paste (the last word a prefix of the one before it: `fear fear fea`) is judged as if the cut word were not
+there.
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ def text_problems(text: str, max_repeat_run: int) -> list[str]:
     if tail >= limit and not separator:
         problems.append(f"one character repeated {tail} times to the end")
     words = text.split()
-    word_tail = _tail_run(words)
+    word_tail = _tail_run(words[:-1] if _cut_word(words) else words)
     if word_tail >= limit:
         problems.append(f"one word repeated {word_tail} times to the end")
     if not problems:
@@ -91,7 +96,45 @@ def text_problems(text: str, max_repeat_run: int) -> list[str]:
     if text.count("\ufffd") >= 3:
         problems.append(f"{text.count(chr(0xfffd))} replacement characters (undecodable bytes)")
     problems += _soup(text, words)
+    past_end = _past_end_of_turn(text)
+    if past_end:
+        problems.append(past_end)
     return problems
+
+
+def _cut_word(words: list[str]) -> bool:
+    return len(words) >= 3 and words[-1] != words[-2] and words[-2].startswith(words[-1])
+
+
+# Chat-template special tokens: `<|im_start|>`, `<|eot_id|>`, DeepSeek's `<｜end▁of▁sentence｜>`, `</s>`.
+_SPECIAL = re.compile(r"<\|[A-Za-z_]{2,24}\|>|<｜[^｜<>]{2,30}｜>|</s>")
+_SPECIAL_SPLIT = re.compile("(" + _SPECIAL.pattern + ")")
+_LEADING_WORD = re.compile(r"[^\W\d_]+")
+_ROLES = frozenset("system user assistant human bot gpt tool model ai".split())
+_END_OF_TURN = re.compile(r"<\|(?:im_end|endoftext|eot_id|end_of_text|end|eom_id)\|>|<｜end▁of▁sentence｜>|</s>")
+
+
+def _past_end_of_turn(text: str) -> str | None:
+    """The answer goes on past its end-of-turn token: >= 3 times, a start token that names no role (a prompt printed
+    whole has `<|im_start|>user ...`), or a special token said again with nothing between."""
+    end = _END_OF_TURN.search(text)
+    if end is None:
+        return None
+    after = text[end.start():end.start() + LOOP_WINDOW]
+    parts = _SPECIAL_SPLIT.split(after)  # text, token, text, token, ..., text
+    loops = 0
+    for i in range(1, len(parts), 2):
+        token, following = parts[i], parts[i + 1]
+        if "start" in token or "begin" in token:
+            said = following.replace("\\n", " ").strip()
+            role = _LEADING_WORD.match(said)
+            # nothing, or words that name no role; quotes and commas are a list of tokens in code (`stop=[...]`)
+            loops += not said or (role is not None and role.group(0).lower() not in _ROLES)
+        elif not following.strip() and i + 2 < len(parts) and parts[i + 2] == token:
+            loops += 1
+    if loops >= 3:
+        return f"the chat template past the end of turn ({loops} tokens looping): {after[:60]!r}"
+    return None
 
 
 def _soup(text: str, words: list[str]) -> list[str]:
