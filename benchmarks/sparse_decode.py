@@ -43,6 +43,8 @@ SCALE = 512 ** -0.5
 WINDOW = 128
 TOUCH_BYTES = 240e6  # 4x the H200's 60 MB L2
 MAX_SETS = 64
+STAGES = (1, 3)  # software-pipelining depth of the tile loop (Triton's default is 3)
+SPLITS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def _ints(text: str) -> list[int]:
@@ -236,10 +238,12 @@ def fused_configs(work: dict, tune: bool) -> list[tuple[str, dict]]:
     out = []
     for block_n in (16, 32):  # 64 needs 247 KB of shared memory on the H200 (over its 227 KB)
         for warps in (4, 8):
-            for splits in (1, 2, 4, 8, 16, 32):
-                if splits <= max(1, -(-tokens // block_n)):
-                    out.append((f"n{block_n}/w{warps}/S{splits}",
-                                {"block_n": block_n, "num_warps": warps, "num_splits": splits}))
+            for stages in STAGES:
+                for splits in SPLITS:
+                    if splits <= max(1, -(-tokens // block_n)):
+                        out.append((f"n{block_n}/w{warps}/s{stages}/S{splits}",
+                                    {"block_n": block_n, "num_warps": warps, "num_stages": stages,
+                                     "num_splits": splits}))
     return out
 
 
@@ -250,7 +254,8 @@ def best(call_configs, work: dict, want: torch.Tensor) -> dict:
         results.append({**r, "config": label, "call": call})
     top = min(results, key=lambda r: r["gpu_us"])
     top.update(eager_us=eager_us([lambda i=i: top["call"](i) for i in range(len(work["sets"]))]),
-               worst_cosine=min(r["cosine"] for r in results))
+               worst_cosine=min(r["cosine"] for r in results),
+               sweep={r["config"]: round(r["gpu_us"], 2) for r in results})
     del top["call"]
     return top
 
@@ -287,7 +292,7 @@ def summary(row: dict, copy_gbs: float, peer_names: list[str]) -> str:
     gbs = row["bytes"] / (fused["gpu_us"] / 1e6) / 1e9
     cols = [f"{row['heads']:>3} {row['tokens']:>5} {row['batch']:>4}",
             f"{row['reference']['gpu_us']:>8.1f} {row['gather']['gpu_us']:>8.1f} {row['fused']['gpu_us']:>8.1f}",
-            f"{fused['gpu_us']:>8.1f} {fused.get('config', 'default'):>12}"]
+            f"{fused['gpu_us']:>8.1f} {fused.get('config', 'default'):>15}"]
     for name in peer_names:
         cols.append(f"{row[name]['gpu_us']:>8.1f} {row[name].get('config', ''):>4}")
     cols.append(f"{row['gather']['gpu_us'] / fused['gpu_us']:>6.2f}x {gbs:>7.0f} {gbs / copy_gbs:>5.0%}")
@@ -324,7 +329,7 @@ def main() -> int:
     names = [name for name, _ in peers]
     print("GPU time in us per call (CUDA graph); 'best' = fused at its best block_n/warps/splits; x = gather/best;"
           " GB/s = cache bytes / best; eager in us (host launch included)")
-    print("  H     T    B      ref   gather    fused     best       config " + " ".join(f"{n:>13}" for n in names)
+    print("  H     T    B      ref   gather    fused     best          config " + " ".join(f"{n:>13}" for n in names)
           + "   x/gat    GB/s  copy%  e-fused e-gather  min-cos")
     rows = []
     for heads in args.heads:
@@ -333,6 +338,9 @@ def main() -> int:
                 row = run_shape(heads, tokens, batch, caches, peers, args.tune, g)
                 rows.append(row)
                 print(summary(row, copy_gbs, names), flush=True)
+                if "fused_best" in row:
+                    ranked = sorted(row["fused_best"]["sweep"].items(), key=lambda kv: kv[1])
+                    print("      sweep: " + ", ".join(f"{k} {v:.1f}" for k, v in ranked[:8]), flush=True)
     if args.json:
         args.json.write_text(json.dumps({"copy_gbs": copy_gbs, "device": torch.cuda.get_device_name(),
                                          "torch": torch.__version__, "triton": triton.__version__, "rows": rows},

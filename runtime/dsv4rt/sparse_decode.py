@@ -306,7 +306,8 @@ def sparse_mla_decode(q: torch.Tensor, cache: torch.Tensor, indices: torch.Tenso
                       extra_lengths: torch.Tensor | None = None, indptr: torch.Tensor | None = None,
                       extra_indptr: torch.Tensor | None = None, out: torch.Tensor | None = None,
                       lse: torch.Tensor | None = None, num_splits: int | None = None, block_n: int = 32,
-                      num_warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      num_warps: int | None = None, num_stages: int | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused decode (see the module docstring). q [B, H, 512] (448 NoPE + 64 RoPE); `indices` [B, K] int32
     global slots (-1 = none; with `lengths` [B], only the first lengths[b] count), or a flat array with `indptr`
     [B + 1] (vLLM's ragged form). Each cache's block size is its view's shape[1] (`block_size`, if given, must agree
@@ -356,7 +357,7 @@ def sparse_mla_decode(q: torch.Tensor, cache: torch.Tensor, indices: torch.Tenso
                           MAIN_FNUZ=main.fnuz, EXTRA_FNUZ=extra.fnuz, MAIN_ROPE16=main.rope16,
                           EXTRA_ROPE16=extra.rope16, BLOCK_H=block_h,
                           BLOCK_N=block_n, HAS_SINK=attn_sink is not None, DIRECT=direct, INTERPRET=_interpreted(),
-                          num_warps=num_warps)
+                          num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}))
     if not direct:
         columns = combine_columns(num_splits)
         _combine_kernel[(batch, heads, LATENT // columns)](part_ml, part_acc, sink, out, out.stride(0), out.stride(1),
