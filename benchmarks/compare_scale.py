@@ -1,7 +1,7 @@
 """Benchmark: `compare` over N stored samples per side (issue 6: 10,000 per side in under 0.5 s).
 
 Builds a temporary store with N judged runs per side (j17-baseline vs q1-off, gen_s around 101.3 s and 67.9 s),
-then times `dsv4ctl.compare.compare` in-process (median of --repeat calls; the store is warm).
+then times `dsv4ctl.analysis.compare.compare` in-process (median of --repeat calls; the store is warm).
 
     .venv/bin/python benchmarks/compare_scale.py [--n 10000] [--repeat 5]
 """
@@ -20,9 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dsv4ctl.compare import compare  # noqa: E402
-from dsv4ctl.specload import load_spec  # noqa: E402
-from dsv4ctl.store import open_store  # noqa: E402
+from dsv4ctl.analysis.compare import compare  # noqa: E402
+from dsv4ctl.spec.load import load_spec  # noqa: E402
+from dsv4ctl.store.core import open_store  # noqa: E402
 
 
 def fill(store, spec_file: str, centre: float, n: int, rng: random.Random) -> None:

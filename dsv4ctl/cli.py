@@ -144,7 +144,7 @@ def _report(exc: BaseException, as_json: bool = False) -> int:
     """Tell the user what failed in one line (the findings of an invalid spec first); return the exit code."""
     import os
 
-    from . import output
+    from .report import output
     from .errors import SpecInvalid, explain
 
     if _debug or os.environ.get("DSV4CTL_DEBUG", "") not in ("", "0"):

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsv4ctl.align import apply_alignment, describe
-from dsv4ctl.align_compare import Capture, compare_captures, compare_dirs, read_capture, read_safetensors
-from dsv4ctl.spec import AlignSpec, ExperimentSpec
+from dsv4ctl.modes.align.result import apply_alignment, describe
+from dsv4ctl.modes.align.compare import Capture, compare_captures, compare_dirs, read_capture, read_safetensors
+from dsv4ctl.spec.models import AlignSpec, ExperimentSpec
 
 from .conftest import ROOT
 
@@ -120,7 +120,7 @@ def test_greedy_and_logits_rungs_use_vllms_rule():
 
 def test_the_lower_rungs_catch_both_wrong_readers():
     from dsv4rt import attention
-    from dsv4ctl.align_rungs import lower_rungs
+    from dsv4ctl.modes.align.rungs import lower_rungs
 
     right = attention.rungs("reference")
     assert right["cache"]["exact"] and 0.999 < right["attention"]["cosine"] < 1.0
@@ -305,7 +305,7 @@ def test_align_belongs_to_mode_align_and_the_snapshot_carries_its_defaults():
 
 
 def test_align_rules():
-    from dsv4ctl.rules import check_spec
+    from dsv4ctl.spec.rules import check_spec
 
     spec = ExperimentSpec(**{**BASE, "mode": "align", "batch": 2, "sampling": {"temperature": 0.7},
                              "parallel": {"tp": 2}, "platform": "gfx936"})
@@ -317,7 +317,7 @@ def test_align_rules():
 
 
 def test_the_cosine_plot_marks_the_layer_out_of_tolerance():
-    from dsv4ctl.report_align import svg_cosines
+    from dsv4ctl.modes.align.report import svg_cosines
 
     engine, reference = captures()
     result = compare_captures(perturb_from(engine, 1), reference, ALIGN)
@@ -329,7 +329,7 @@ def test_the_cosine_plot_marks_the_layer_out_of_tolerance():
 
 
 def test_a_relative_perplexity_file_is_relative_to_the_spec_file(tmp_path):
-    from dsv4ctl.specload import load_spec
+    from dsv4ctl.spec.load import load_spec
 
     (tmp_path / "texts").mkdir()
     spec_file = tmp_path / "align.yaml"
@@ -343,7 +343,7 @@ def test_a_relative_perplexity_file_is_relative_to_the_spec_file(tmp_path):
 def test_verdict_of_a_stored_diverged_run_names_the_layer_and_fails(cli, tmp_path, probe_said):
     """`dsv4ctl verdict RUN` judges the capture too, with the rung as first blocker, whether the log looks coherent
     or the probe already said DIVERGED (regression: that case lost the blocker)."""
-    from dsv4ctl.store import open_store
+    from dsv4ctl.store.core import open_store
 
     run_dir = tmp_path / "run"
     (run_dir / "align").mkdir(parents=True)
@@ -395,7 +395,7 @@ def _model_dir(tmp_path: Path, layers: int = 2) -> Path:
 def test_layers_and_a_perturb_fault_outside_the_model_are_refused_at_submit(tmp_path):
     """S22/S23: `layers: [0, 1, 4000]` validated and failed at judge time; `perturb-layer:99` on a 2-layer model
     did nothing and the run passed. Refused before anything is recorded when config.json is readable here."""
-    from dsv4ctl.align import AlignLayersOutside, check_layers
+    from dsv4ctl.modes.align.result import AlignLayersOutside, check_layers
 
     base = dict(BASE, model={"path": str(_model_dir(tmp_path))})
     with pytest.raises(AlignLayersOutside, match=r"align.layers \[4000\]: the model at .* has 2 decoder layers "

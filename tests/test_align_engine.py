@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from dsv4ctl.align import AlignReferenceUnavailable, stored_alignment
-from dsv4ctl.campaign import submit
-from dsv4ctl.store import open_store
-from dsv4ctl.watch import watch
+from dsv4ctl.modes.align.result import AlignReferenceUnavailable, stored_alignment
+from dsv4ctl.campaign.plan import submit
+from dsv4ctl.store.core import open_store
+from dsv4ctl.campaign.watch import watch
 
 from .conftest import EXPERIMENTS, ROOT
 from .test_engine import engine  # noqa: F401 - the fixture that skips without the CPU engine
@@ -118,7 +118,7 @@ def test_a_stored_run_is_the_reference_of_another(align_campaign):
     reference_id = align_campaign["runs"]["aligned"].id  # fixed at submit (issue 29 S1): the run id, not the label
     assert result["reference"] == f"run:{reference_id}" and result["verdict"] == "aligned"
     assert store.verdict(run_id)["passed"]
-    from dsv4ctl.align import reference_dir
+    from dsv4ctl.modes.align.result import reference_dir
 
     with pytest.raises(AlignReferenceUnavailable, match="no run 'J999'"):
         reference_dir(store, "run:J999")
@@ -127,7 +127,7 @@ def test_a_stored_run_is_the_reference_of_another(align_campaign):
 
 
 def test_the_report_shows_each_align_run_with_its_plot(align_campaign):
-    from dsv4ctl.report import render_html, render_markdown, report_data
+    from dsv4ctl.report.campaign import render_html, render_markdown, report_data
 
     data = report_data(align_campaign["store"], "align")
     verdicts = {a["experiment"]: a["verdict"] for a in data.alignments}
@@ -160,7 +160,7 @@ def test_run_latest_is_fixed_at_submit_and_a_perturbed_run_is_compared_with_it(a
     ppl = next(r for r in result["rungs"] if r["kind"] == "perplexity")
     assert ppl["engine"] != ppl["reference"]  # compared with the reference's capture, not its own
     # judged again once other runs are newer: still run `latest.id`, still diverged
-    from dsv4ctl.watch import rejudge
+    from dsv4ctl.campaign.watch import rejudge
 
     again, _ = rejudge(str(row.id), str(store.path))
     assert not again.passed and again.first_blocker.message.startswith("diverged at layer 1")
@@ -182,7 +182,7 @@ def test_a_reference_of_another_model_is_refused_at_submit(align_campaign):
 
 def test_real_align_logs_ingested_are_judged_as_when_submitted(align_campaign, tmp_path):
     """Issue 29 S3: the raw.log of an align run ingested came out coherent (passed) whatever its capture said."""
-    from dsv4ctl.ingest import ingest_log
+    from dsv4ctl.campaign.ingest import ingest_log
 
     store = open_store(tmp_path / "ingest.db")
     submitted = align_campaign["runs"]["perturbed"]

@@ -10,10 +10,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsv4ctl import bisect_changes as bc
-from dsv4ctl.bisect_rates import (FAIL, PASS, Rate, ends_differ, judge_point, judge_value, more_runs, run_outcome,
-                                  runs_to_tell)
-from dsv4ctl.ddmin import UNRESOLVED, ddmin, split, worst_case_probes
+from dsv4ctl.bisect import changes as bc
+from dsv4ctl.bisect.rates import (
+    FAIL,
+    PASS,
+    Rate,
+    ends_differ,
+    judge_point,
+    judge_value,
+    more_runs,
+    run_outcome,
+    runs_to_tell,
+)
+from dsv4ctl.bisect.ddmin import UNRESOLVED, ddmin, split, worst_case_probes
 from dsv4ctl.errors import UsageError
 
 from .conftest import FIXTURES
@@ -281,7 +290,7 @@ def test_a_good_that_fails_as_often_as_bad_stops_after_the_base_runs_and_is_stor
     import json
 
     from dsv4ctl.cli import main
-    from dsv4ctl.store import open_store
+    from dsv4ctl.store.core import open_store
 
     good, bad = replay_pair(tmp_path, "batch>=1:1.0", {"K1": "1", "K2": "1"})  # every run fails, GOOD's too
     done = run_bisect(tmp_path, good, bad, "--base-runs", "5", "--yes", "--json")
@@ -325,8 +334,8 @@ def test_resume_with_other_specs_is_refused(tmp_path):
 def test_a_bisection_held_by_another_process_is_refused_with_its_pid(tmp_path):
     import os
 
-    from dsv4ctl.bisect import running
-    from dsv4ctl.store import open_store
+    from dsv4ctl.bisect.run import running
+    from dsv4ctl.store.core import open_store
 
     good, bad = replay_pair(tmp_path, "batch>=1:1.0", {"K1": "1"})
     first = run_bisect(tmp_path, good, bad, "--yes")  # creates bisection 1 (nothing to bisect, finished)
@@ -364,7 +373,7 @@ def test_two_processes_on_one_bisection_never_submit_a_round_twice(tmp_path):
 
 def test_unknown_bisections_exit_2(tmp_path, capsys):
     from dsv4ctl.cli import main
-    from dsv4ctl.store import open_store
+    from dsv4ctl.store.core import open_store
 
     open_store(tmp_path / "r.db")
     for argv in (["bisect-report", "999"], ["bisect", "--resume", "999", "--yes"]):
@@ -383,7 +392,7 @@ def test_a_range_beyond_the_limit_names_the_limit():
 
 
 def test_a_range_is_checked_against_the_fields_own_bounds(write_spec):
-    from dsv4ctl.specload import select_point
+    from dsv4ctl.spec.load import select_point
 
     from .conftest import BASE_SPEC
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 from dsv4ctl.paths import runtime_dir
-from dsv4ctl.render import render_script
-from dsv4ctl.specload import load_spec
+from dsv4ctl.spec.render import render_script
+from dsv4ctl.spec.load import load_spec
 
 from .conftest import BASE_SPEC, EXPERIMENTS, FIXTURES
 
@@ -113,7 +113,7 @@ def test_cli_cold_path_imports_nothing_heavy():
 
 def test_job_side_modules_need_only_the_standard_library():
     # The probe imports these in a venv that has vLLM but none of the CLI's dependencies.
-    code = ("import sys; import dsv4ctl.judge.rules, dsv4ctl.judge.scan, dsv4ctl.judge.sacct, dsv4ctl.switches; "
+    code = ("import sys; import dsv4ctl.judge.rules, dsv4ctl.judge.scan, dsv4ctl.judge.sacct, dsv4ctl.spec.switches; "
             "print(','.join(m for m in ('pydantic', 'typer', 'rich', 'yaml', 'jinja2') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""

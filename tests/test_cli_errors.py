@@ -58,7 +58,7 @@ def test_compare_refuses_settings_no_decision_can_use(capsys, tmp_path, option):
 
 
 def test_compare_library_refuses_them_too():
-    from dsv4ctl.compare import check_settings
+    from dsv4ctl.analysis.compare import check_settings
     from dsv4ctl.errors import UsageError
 
     for alpha, factor, way in ((5, 1.05, None), (0.05, -1, None), (0.05, 1.05, "sideways")):
@@ -86,7 +86,7 @@ def boom(*args, **kwargs):
 
 
 def test_unexpected_exception_is_one_line_and_a_hint(capsys, monkeypatch, write_spec):
-    monkeypatch.setattr("dsv4ctl.specload.check_files", boom)
+    monkeypatch.setattr("dsv4ctl.spec.load.check_files", boom)
     code, _, err = run_main(capsys, "validate", write_spec(BASE_SPEC))
     assert code == 1 and "Traceback" not in err
     assert err.splitlines() == ["error: unexpected RuntimeError: boom",
@@ -96,7 +96,7 @@ def test_unexpected_exception_is_one_line_and_a_hint(capsys, monkeypatch, write_
 
 @pytest.mark.parametrize("how", ["option", "env"])
 def test_debug_shows_the_traceback(capsys, monkeypatch, write_spec, how):
-    monkeypatch.setattr("dsv4ctl.specload.check_files", boom)
+    monkeypatch.setattr("dsv4ctl.spec.load.check_files", boom)
     monkeypatch.setattr("dsv4ctl.cli._debug", False)
     if how == "env":
         monkeypatch.setenv("DSV4CTL_DEBUG", "1")
@@ -109,7 +109,7 @@ def test_ctrl_c_exits_130_with_one_line(capsys, monkeypatch, write_spec):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("dsv4ctl.specload.check_files", interrupted)
+    monkeypatch.setattr("dsv4ctl.spec.load.check_files", interrupted)
     code, _, err = run_main(capsys, "validate", write_spec(BASE_SPEC))
     assert code == 130 and err.strip() == "error: interrupted"
 

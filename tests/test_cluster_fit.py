@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from dsv4ctl.cluster_fit import parse_gres, parse_sinfo, refusals, slurm_minutes
-from dsv4ctl.spec import SlurmSpec
+from dsv4ctl.scheduler.cluster_fit import parse_gres, parse_sinfo, refusals, slurm_minutes
+from dsv4ctl.spec.models import SlurmSpec
 
 from .conftest import EXPERIMENTS
 from .test_slurm import cluster  # noqa: F401  (the live-cluster fixture)

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from dsv4ctl.compare import compare
-from dsv4ctl.specload import load_spec
-from dsv4ctl.store import open_store
+from dsv4ctl.analysis.compare import compare
+from dsv4ctl.spec.load import load_spec
+from dsv4ctl.store.core import open_store
 
 from .conftest import EXPERIMENTS
 
@@ -127,7 +127,7 @@ def test_sides_by_ids_tags_and_spec_files(store):
     assert c.metrics[0].baseline.n == 5 and c.metrics[0].candidate.n == 5
     c = compare(store, "j17-baseline", "tag:ab")  # q1-off.yaml carries the tag `ab`
     assert c.metrics[0].candidate.n == 5
-    from dsv4ctl.compare import CompareError
+    from dsv4ctl.analysis.compare import CompareError
 
     with pytest.raises(CompareError, match="no stored runs"):
         compare(store, "nope", "q1-off")
@@ -202,7 +202,7 @@ def test_several_metrics_one_decision(store):
 
 
 def test_an_unknown_metric_is_a_usage_error_naming_the_present_ones(store):
-    from dsv4ctl.compare import UnknownMetric
+    from dsv4ctl.analysis.compare import UnknownMetric
 
     add_side(store, "j17-baseline.yaml", [100.0] * 3, extra={"ttft_s": 0.5})
     add_side(store, "q1-off.yaml", [70.0] * 3)
@@ -243,7 +243,7 @@ def test_the_report_of_an_ab_campaign_shows_the_decision_and_provenance(store, t
     import shutil
     import subprocess
 
-    from dsv4ctl.report import render_html, render_markdown, report_data
+    from dsv4ctl.report.campaign import render_html, render_markdown, report_data
 
     rng = random.Random(12)
     ab_campaign(store, sample(rng, 101.3, 1, 8), sample(rng, 67.9, 1, 8), vllm_version="0.11.1",
@@ -272,7 +272,7 @@ def test_the_report_of_an_ab_campaign_shows_the_decision_and_provenance(store, t
 
 
 def test_the_report_says_why_an_ab_campaign_has_no_comparison(store):
-    from dsv4ctl.report import render_html, report_data
+    from dsv4ctl.report.campaign import render_html, report_data
 
     ab_campaign(store, [100.0] * 6, [70.0] * 6)
     data = report_data(store, "ab1", metric="gen_S")
@@ -281,7 +281,7 @@ def test_the_report_says_why_an_ab_campaign_has_no_comparison(store):
 
 
 def test_the_markdown_report_spells_false_green_one_way(store):
-    from dsv4ctl.report import render_markdown, report_data
+    from dsv4ctl.report.campaign import render_markdown, report_data
 
     ab_campaign(store, [100.0] * 6, [70.0] * 6)
     store.db.execute("UPDATE verdicts SET passed = 0, status = 'degenerate', false_green = 1, verdict_json = "
@@ -301,7 +301,7 @@ def _numbers(c):
 
 
 def test_two_names_that_are_an_ab_campaign_s_sides_compare_that_campaign_only(store):
-    from dsv4ctl.report import report_data
+    from dsv4ctl.report.campaign import report_data
 
     rng = random.Random(26)
     older = add_side(store, "j17-baseline.yaml", [150.0, 151.0])  # an earlier, unrelated run of the baseline
@@ -318,7 +318,7 @@ def test_two_names_that_are_an_ab_campaign_s_sides_compare_that_campaign_only(st
 
 
 def test_a_cancelled_run_is_left_out_and_said_not_a_block(store):
-    from dsv4ctl.report import report_data
+    from dsv4ctl.report.campaign import report_data
 
     rng = random.Random(27)
     ab_campaign(store, sample(rng, 101.3, 1, 7), sample(rng, 67.9, 1, 7))
@@ -397,8 +397,8 @@ def test_inconclusive_with_a_large_observed_effect_says_the_runs_it_would_need(s
 
 
 def test_a_wide_interval_is_written_in_plain_percent():
-    from dsv4ctl.compare import SideStats
-    from dsv4ctl.report import centre
+    from dsv4ctl.analysis.compare import SideStats
+    from dsv4ctl.report.campaign import centre
 
     assert centre(SideStats(6, 1.0, (0.1, 30.0), True, [])) == "1 ±2900%"
     assert centre(SideStats(6, 100.0, (99.0, 101.5), True, [])) == "100 ±1.5%"

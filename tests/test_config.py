@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4ctl.store import open_store
+from dsv4ctl.store.core import open_store
 
 from dsv4ctl.config import ConfigError, load_config, parse_config, resolve
 
@@ -77,7 +77,7 @@ def test_a_typo_in_the_config_is_an_error_not_ignored(tmp_path):
 
 
 def test_site_defaults_fill_what_the_spec_leaves_out(tmp_path, monkeypatch):
-    from dsv4ctl.specload import load_spec
+    from dsv4ctl.spec.load import load_spec
 
     (tmp_path / "dsv4ctl.toml").write_text('[slurm]\npartition = "small"\nqos = "debug"\n'
                                            '[site]\nmodel_root = "/public/models"\nvenv = "/public/venv"\n'

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from dsv4ctl.watch import stage_of, stuck_reason
+from dsv4ctl.campaign.watch import stage_of, stuck_reason
 
 from .conftest import FIXTURES
 from .test_cli_errors import run_main

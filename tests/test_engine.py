@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from dsv4ctl.campaign import submit
+from dsv4ctl.campaign.plan import submit
 from dsv4ctl.judge.files import judge_files
-from dsv4ctl.store import open_store
+from dsv4ctl.store.core import open_store
 from dsv4ctl.judge.rules import VerdictOptions
-from dsv4ctl.watch import watch
+from dsv4ctl.campaign.watch import watch
 
 from .conftest import ENGINE_PYTHON, EXPERIMENTS, ROOT
 
@@ -166,7 +166,7 @@ def test_the_same_probe_runs_as_a_real_slurm_job(engine, tmp_path):
     spec = variant(tmp_path, "smoke-ref", "expect:\n  perf:\n    gen_s: {max: 0.000001}\n")
     store, run, _ = passed_on_slurm(spec, tmp_path, timeout_s=400)
     assert run.max_rss_kib and run.node
-    from dsv4ctl.perf import stored_check
+    from dsv4ctl.analysis.perf import stored_check
 
     check = stored_check(store, run.id)
     assert check["within"] is False and check["failures"][0]["metric"] == "gen_s"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from dsv4ctl.cli import hoist_command_options
-from dsv4ctl.output import elide, fit_widths
+from dsv4ctl.report.output import elide, fit_widths
 
 from .conftest import FIXTURES
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from dsv4ctl.specload import load_spec
+from dsv4ctl.spec.load import load_spec
 
 from .conftest import BASE_SPEC, FIXTURES
 from .test_slurm import cluster  # noqa: F401 - the live cluster fixture
@@ -113,7 +113,7 @@ def test_json_error_of_another_failure_has_no_findings_key(tmp_path):
 
 def test_sweep_of_a_spec_with_no_matrix_is_refused_and_submits_nothing(write_spec, tmp_path):
     from dsv4ctl.commands.campaign_cmds import _require_matrix
-    from dsv4ctl.store import Store
+    from dsv4ctl.store.core import Store
 
     path = write_spec(BASE_SPEC, "plain.yaml")
     db = tmp_path / "r.db"
@@ -166,9 +166,9 @@ def test_offline_verdict_of_a_job_cancelled_before_start(tmp_path):
 def test_verdict_of_a_slurm_run_cancelled_while_pending(cluster, tmp_path):  # noqa: F811
     """A job held back by --begin, cancelled before it ever ran, judged by the watcher, then `verdict RUN`."""
     from dsv4ctl import external
-    from dsv4ctl.campaign import submit
-    from dsv4ctl.store import open_store
-    from dsv4ctl.watch import poll_once
+    from dsv4ctl.campaign.plan import submit
+    from dsv4ctl.store.core import open_store
+    from dsv4ctl.campaign.watch import poll_once
 
     from .test_slurm import spec_file
 
@@ -247,7 +247,7 @@ def test_the_live_wait_table_shows_the_first_blocker_s_message_at_80_columns(tmp
 
 
 def test_first_blocker_cell_and_its_elision():
-    from dsv4ctl.output import elide_message, first_blocker_cell
+    from dsv4ctl.report.output import elide_message, first_blocker_cell
 
     failed = {"passed": False, "first_blocker_kind": "exception", "first_blocker_line": 40,
               "first_blocker_message": "FileNotFoundError: /models/tiny-qwen3/config.json"}

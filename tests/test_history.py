@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import random
 
-from dsv4ctl.history import (FALSE_POSITIVE_BOUND, Sample, build_history, change_points, confirmed_change_points,
-                             sparkline)
+from dsv4ctl.analysis.history import (
+    FALSE_POSITIVE_BOUND,
+    Sample,
+    build_history,
+    change_points,
+    confirmed_change_points,
+    sparkline,
+)
 
 
 def _noisy(seed: int, means: list[float], runs: int = 3, spread: float = 0.02) -> list[list[float]]:
@@ -69,8 +75,8 @@ def test_a_campaign_report_shows_each_experiment_history_up_to_that_campaign(tmp
     import json
 
     from dsv4ctl.judge.files import judge_files
-    from dsv4ctl.report import render_html, render_markdown, report_data
-    from dsv4ctl.store import open_store
+    from dsv4ctl.report.campaign import render_html, render_markdown, report_data
+    from dsv4ctl.store.core import open_store
 
     from .conftest import FIXTURES
 

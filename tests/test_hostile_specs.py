@@ -9,7 +9,7 @@ import pytest
 from dsv4ctl import limits
 from dsv4ctl.errors import SpecError, UsageError
 from dsv4ctl.names import NameRefused, check_campaign_name
-from dsv4ctl.specload import load_spec
+from dsv4ctl.spec.load import load_spec
 
 from .conftest import BASE_SPEC
 
@@ -65,7 +65,7 @@ def test_scalars_python_cannot_build_are_refused(write_spec, value, reason):
 
 
 def test_spec_larger_than_the_limit_is_not_read(write_spec, monkeypatch):
-    monkeypatch.setattr("dsv4ctl.specload.MAX_SPEC_BYTES", 1000)
+    monkeypatch.setattr("dsv4ctl.spec.load.MAX_SPEC_BYTES", 1000)
     assert "larger than" in refusal(write_spec, BASE_SPEC + "#" * 2000 + "\n")
 
 
@@ -105,7 +105,7 @@ def test_matrix_is_counted_before_a_point_is_built(write_spec, monkeypatch):
     def never(matrix):
         raise AssertionError("the matrix was expanded")
 
-    monkeypatch.setattr("dsv4ctl.specload.matrix_points", never)
+    monkeypatch.setattr("dsv4ctl.spec.load.matrix_points", never)
     axes = "\n".join(f"  a{i}: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]" for i in range(12))
     errors = errors_of(write_spec, f"matrix:\n{axes}\n")
     assert any(f"matrix: {10 ** 12} points is above the maximum {limits.MAX_MATRIX_POINTS}" in e for e in errors)
@@ -140,8 +140,8 @@ def test_ordinary_campaign_names_are_accepted(name):
 
 
 def test_markdown_report_escapes_html_from_data():
-    from dsv4ctl.report import ReportData, render_markdown
-    from dsv4ctl.sweep import PointRate, SweepSummary
+    from dsv4ctl.report.campaign import ReportData, render_markdown
+    from dsv4ctl.campaign.sweep import PointRate, SweepSummary
 
     evil = "<img src=x onerror=alert(1)>"
     point = PointRate(evil, {}, f"{evil}.batch=8", 1, 1, 1, 1.0, (0.2, 1.0))

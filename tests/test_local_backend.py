@@ -10,11 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-from dsv4ctl.campaign import submit
-from dsv4ctl.localprocs import job_processes
-from dsv4ctl.localrun import process_start, time_limit_s
-from dsv4ctl.store import open_store
-from dsv4ctl.watch import watch
+from dsv4ctl.campaign.plan import submit
+from dsv4ctl.scheduler.localprocs import job_processes
+from dsv4ctl.scheduler.localrun import process_start, time_limit_s
+from dsv4ctl.store.core import open_store
+from dsv4ctl.campaign.watch import watch
 
 from .conftest import FIXTURES
 from .test_slurm import spec_file

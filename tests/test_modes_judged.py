@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from dsv4ctl.align import AlignReferenceUnavailable, check_references, stored_alignment
-from dsv4ctl.campaign import plan
-from dsv4ctl.spec import ExperimentSpec
-from dsv4ctl.store import open_store
+from dsv4ctl.modes.align.result import AlignReferenceUnavailable, check_references, stored_alignment
+from dsv4ctl.campaign.plan import plan
+from dsv4ctl.spec.models import ExperimentSpec
+from dsv4ctl.store.core import open_store
 
 from .conftest import ROOT
 from .serving_runs import load_records, write_run
@@ -149,11 +149,11 @@ def test_a_reference_of_another_model_is_refused_at_submit_with_the_reason(cli, 
 
 def test_every_submit_path_fixes_the_reference(tmp_path, reference_store):
     """campaign.submit itself (sweep, suite, bisect submit through it) fixes the reference before recording."""
-    from dsv4ctl.campaign import record_plan, submit
+    from dsv4ctl.campaign.plan import record_plan, submit
 
     store = reference_store
     planned = plan([align_spec(tmp_path, "via-campaign", "run:latest")])
-    import dsv4ctl.campaign as campaign
+    import dsv4ctl.campaign.plan as campaign
 
     seen = {}
     original = campaign.record_plan

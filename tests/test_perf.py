@@ -9,7 +9,14 @@ import json
 import pytest
 
 from .conftest import BASE_SPEC, FIXTURES
-from dsv4ctl.perf import PerfReferenceError, check_perf, parse_tolerance, perf_yaml, reference_from, write_into_spec
+from dsv4ctl.analysis.perf import (
+    PerfReferenceError,
+    check_perf,
+    parse_tolerance,
+    perf_yaml,
+    reference_from,
+    write_into_spec,
+)
 
 
 def test_tolerances_read_as_fractions_or_percentages():
@@ -41,7 +48,7 @@ def test_a_reference_from_medians_prints_and_writes_into_a_spec(tmp_path):
 
 
 def _spec(path):
-    from dsv4ctl.specload import load_spec
+    from dsv4ctl.spec.load import load_spec
 
     [point] = load_spec(path)
     assert point.spec is not None, point.errors
@@ -60,7 +67,7 @@ def test_the_spec_accepts_perf_and_keeps_its_hash(write_spec):
 @pytest.mark.parametrize("bad", ["{gen_s: {tolerance: 5%}}", "{gen_s: {max: 1, min: 0}}",
                                  "{gen_s: {max: 1, tolerance: lots}}"])
 def test_the_spec_refuses_a_reference_without_one_bound_or_with_a_bad_tolerance(write_spec, bad):
-    from dsv4ctl.specload import load_spec
+    from dsv4ctl.spec.load import load_spec
 
     [point] = load_spec(write_spec(BASE_SPEC + f"expect:\n  perf: {bad}\n"))
     assert point.spec is None and any("perf" in str(e) for e in point.errors)
@@ -109,7 +116,7 @@ def test_a_failed_run_is_never_checked_nor_used_for_a_reference(cli, tmp_path):
     bad = tmp_path / "bad.log"
     bad.write_text((FIXTURES / "logs" / "oom.log").read_text(encoding="utf-8"), encoding="utf-8")
     assert cli("ingest", "--log", bad, "--experiment", "j17", "--label", "BAD", "--db", db).exit_code == 0
-    from dsv4ctl.reference_source import NoReferenceRuns
+    from dsv4ctl.analysis.reference_source import NoReferenceRuns
 
     with pytest.raises(NoReferenceRuns, match="no passed run"):
         cli("reference", "set", "j17", "--from", "BAD", "--db", db)
@@ -138,7 +145,7 @@ def test_history_through_ingest_shows_the_commit_where_gen_s_stepped_up(cli, tmp
 
 
 def test_the_store_migrates_to_the_perf_tables(tmp_path):
-    from dsv4ctl.store import open_store
+    from dsv4ctl.store.core import open_store
 
     store = open_store(tmp_path / "r.db")
     assert {"perf_checks", "perf_references"} <= set(store.db.table_names())
@@ -155,8 +162,8 @@ def _judged(store, experiment_id, campaign_id, gen_s, tmp_path, name):
 
 
 def test_a_reference_from_a_campaign_checks_later_runs_and_a_spec_reference_wins(cli, tmp_path):
-    from dsv4ctl.perf import stored_check
-    from dsv4ctl.store import open_store
+    from dsv4ctl.analysis.perf import stored_check
+    from dsv4ctl.store.core import open_store
 
     db = tmp_path / "r.db"
     store = open_store(db)
@@ -180,8 +187,8 @@ def test_a_reference_from_a_campaign_checks_later_runs_and_a_spec_reference_wins
 
 
 def test_the_suite_matrix_shows_the_reference_check_beside_the_result(tmp_path):
-    from dsv4ctl.store import open_store
-    from dsv4ctl.suite import suite_matrix
+    from dsv4ctl.store.core import open_store
+    from dsv4ctl.campaign.suite import suite_matrix
 
     store = open_store(tmp_path / "r.db")
     spec = {"expect": {"perf": {"gen_s": {"max": 70.0, "tolerance": "5%"}}}}
@@ -224,7 +231,7 @@ def test_the_message_says_what_5_would_mean_and_what_to_write():
 
 @pytest.mark.parametrize("bare", ["5", '"5"', "2.5"])
 def test_the_spec_refuses_a_bare_tolerance_with_its_location(write_spec, bare):
-    from dsv4ctl.specload import load_spec
+    from dsv4ctl.spec.load import load_spec
 
     path = write_spec(BASE_SPEC + f"expect:\n  perf:\n    gen_s: {{max: 30, tolerance: {bare}}}\n")
     [point] = load_spec(path)
@@ -250,7 +257,7 @@ def test_reference_set_refuses_a_bare_tolerance_and_stores_nothing(cli, tmp_path
     for bare in ("5", "1"):
         code, _, err = run_main(capsys, "reference", "set", "j17", "--from", "P1", "--tolerance", bare, "--db", db)
         assert code == 2 and "would mean" in err and len(err.strip().splitlines()) <= 2, err
-    from dsv4ctl.store import open_store
+    from dsv4ctl.store.core import open_store
 
     assert open_store(db).db.execute("SELECT COUNT(*) FROM perf_references").fetchone()[0] == 0
     done = cli("reference", "set", "j17", "--from", "P1", "--tolerance", "0.05", "--db", db, "--json")
@@ -258,7 +265,7 @@ def test_reference_set_refuses_a_bare_tolerance_and_stores_nothing(cli, tmp_path
 
 
 def test_the_spec_refuses_a_boolean_tolerance_rather_than_reading_it_as_100_percent(write_spec):
-    from dsv4ctl.specload import load_spec
+    from dsv4ctl.spec.load import load_spec
 
     [point] = load_spec(write_spec(BASE_SPEC + "expect:\n  perf:\n    gen_s: {max: 30, tolerance: true}\n"))
     assert point.spec is None and "not a number" in point.errors[0].message
@@ -268,7 +275,7 @@ def test_the_spec_refuses_a_boolean_tolerance_rather_than_reading_it_as_100_perc
 
 
 def _stored_references(db) -> int:
-    from dsv4ctl.store import open_store
+    from dsv4ctl.store.core import open_store
 
     return open_store(db).db.execute("SELECT COUNT(*) FROM perf_references").fetchone()[0]
 
@@ -354,7 +361,7 @@ def test_write_into_spec_changes_expect_perf_only(text):
 
 
 def _findings(write_spec, body: str, base: str = BASE_SPEC):
-    from dsv4ctl.specload import load_spec
+    from dsv4ctl.spec.load import load_spec
 
     [point] = load_spec(write_spec(base + body))
     return point
@@ -393,7 +400,7 @@ def test_a_serve_specs_reference_is_checked_against_the_serve_metrics(write_spec
 def test_the_offline_metric_list_holds_what_the_probe_prints():
     import re
 
-    from dsv4ctl.perf import OFFLINE_METRICS
+    from dsv4ctl.analysis.perf import OFFLINE_METRICS
 
     from .conftest import ROOT
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from dsv4ctl.campaign import submit
+from dsv4ctl.campaign.plan import submit
 from dsv4ctl.judge.files import judge_files
 from dsv4ctl.errors import Dsv4Error, LogError
-from dsv4ctl.store import StoreError, open_store
-from dsv4ctl.watch import poll_once, watch
+from dsv4ctl.store.core import StoreError, open_store
+from dsv4ctl.campaign.watch import poll_once, watch
 
 from .conftest import FIXTURES, ROOT
 from .test_slurm import spec_file
@@ -93,7 +93,7 @@ def test_ab_with_one_name_gives_every_run_its_own_directory(tmp_path):
 
 
 def test_two_runs_are_never_planned_into_one_directory(tmp_path, monkeypatch):
-    from dsv4ctl import campaign
+    from dsv4ctl.campaign import plan as campaign
 
     spec = spec_file(tmp_path, "twice", {"REPLAY_LOG": str(LOGS / "J17.log")}, repeats=2)
     monkeypatch.setattr(campaign, "_run_dir_name", lambda run_id, repeat: "r0")
@@ -179,8 +179,8 @@ def test_waits_follow_only_their_own_runs(tmp_path):
 
 
 def test_progress_names_the_runs_and_paused_states():
-    from dsv4ctl.store import RunRow
-    from dsv4ctl.watch import waiting_on
+    from dsv4ctl.store.core import RunRow
+    from dsv4ctl.campaign.watch import waiting_on
 
     rows = [RunRow({"id": 3, "job_id": "11", "state": "RUNNING", "experiment": "a"}),
             RunRow({"id": 4, "job_id": "12", "state": "STOPPED", "experiment": "a"}),
@@ -373,7 +373,7 @@ def test_a_400_digit_metric_is_stored_with_its_verdict(tmp_path):
 
 
 def test_a_run_whose_judging_fails_does_not_stop_the_others(tmp_path, monkeypatch):
-    from dsv4ctl import watch as watch_module
+    from dsv4ctl.campaign import watch as watch_module
 
     specs = [spec_file(tmp_path, "good", {"REPLAY_LOG": str(LOGS / "J17.log")}),
              spec_file(tmp_path, "breaks", {"REPLAY_LOG": str(LOGS / "J17.log")})]

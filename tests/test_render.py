@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsv4ctl.render import render_script, write_run_files
-from dsv4ctl.spec import ExperimentSpec
-from dsv4ctl.specload import load_spec
+from dsv4ctl.spec.render import render_script, write_run_files
+from dsv4ctl.spec.models import ExperimentSpec
+from dsv4ctl.spec.load import load_spec
 
 from .conftest import EXPERIMENTS, FIXTURES
 
@@ -185,7 +185,7 @@ def test_prompts_travel_in_the_snapshot_not_the_script(prompt):
     base = j17().model_dump()
     base["requests"] = [{"messages": [{"role": "user", "content": prompt}]}]
     spec = ExperimentSpec.model_validate(base)
-    from dsv4ctl.render import snapshot_text
+    from dsv4ctl.spec.render import snapshot_text
 
     assert json.loads(snapshot_text(spec))["requests"][0]["messages"][0]["content"] == prompt
     script = render_script(spec, RUNTIME)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dsv4ctl.judge.states import is_final, normalise
-from dsv4ctl.judge.sacct import (FINAL_STATES, SacctParseError, parse_elapsed, parse_rss, parse_sacct, summarise)
+from dsv4ctl.judge.sacct import FINAL_STATES, SacctParseError, parse_elapsed, parse_rss, parse_sacct, summarise
 
 LIVE = """\
 1|a_echo|COMPLETED|0:0|00:00:00||2026-11-29T15:02:38|2026-11-29T15:02:38|vm

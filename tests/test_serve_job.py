@@ -155,7 +155,7 @@ def test_jsonl_prompts_and_their_errors(tmp_path):
 
 
 def test_a_relative_load_path_is_relative_to_the_spec_file(tmp_path):
-    from dsv4ctl.specload import load_spec
+    from dsv4ctl.spec.load import load_spec
 
     (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')
     spec = tmp_path / "s.yaml"
@@ -400,9 +400,9 @@ LEAK_MIB = 16
 
 @pytest.fixture(scope="session")
 def serve_campaign(engine, tmp_path_factory):
-    from dsv4ctl.campaign import submit
-    from dsv4ctl.store import open_store
-    from dsv4ctl.watch import watch
+    from dsv4ctl.campaign.plan import submit
+    from dsv4ctl.store.core import open_store
+    from dsv4ctl.campaign.watch import watch
 
     d = tmp_path_factory.mktemp("serve")
     specs = {

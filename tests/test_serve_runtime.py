@@ -157,10 +157,10 @@ def stage_and_server(raw) -> int | None:
 def test_a_killed_serve_job_keeps_its_records_and_leaves_no_process(engine, tmp_path):
     # S8: killed by its time limit mid-load, the job keeps every record it had; S7: the API server SIGKILLed from
     # outside leaves its EngineCore to init, and the local backend ends it with the job
-    from dsv4ctl.campaign import submit
-    from dsv4ctl.localprocs import job_processes
-    from dsv4ctl.store import open_store
-    from dsv4ctl.watch import watch
+    from dsv4ctl.campaign.plan import submit
+    from dsv4ctl.scheduler.localprocs import job_processes
+    from dsv4ctl.store.core import open_store
+    from dsv4ctl.campaign.watch import watch
     from dsv4rt.server import process_tree
 
     killed = serve_variant(tmp_path, "serve-timeout", "load:\n  num_prompts: 800\n  request_rate: 4\n"

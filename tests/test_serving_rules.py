@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from dsv4ctl.specload import load_spec
+from dsv4ctl.spec.load import load_spec
 
 from .conftest import BASE_SPEC, EXPERIMENTS
 

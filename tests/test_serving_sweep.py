@@ -9,11 +9,11 @@ import random
 
 import pytest
 
-from dsv4ctl.compare import compare
-from dsv4ctl.report import render_html, render_markdown, report_data
-from dsv4ctl.specload import load_spec
-from dsv4ctl.store import open_store
-from dsv4ctl.watch import judge_run
+from dsv4ctl.analysis.compare import compare
+from dsv4ctl.report.campaign import render_html, render_markdown, report_data
+from dsv4ctl.spec.load import load_spec
+from dsv4ctl.store.core import open_store
+from dsv4ctl.campaign.watch import judge_run
 
 from .conftest import EXPERIMENTS
 from .serving_runs import load_records, write_run

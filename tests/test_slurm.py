@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from dsv4ctl import external
-from dsv4ctl.campaign import resume, submit
-from dsv4ctl.store import open_store
-from dsv4ctl.watch import poll_once, watch
+from dsv4ctl.campaign.plan import resume, submit
+from dsv4ctl.store.core import open_store
+from dsv4ctl.campaign.watch import poll_once, watch
 
 from .conftest import FIXTURES, ROOT
 

@@ -548,7 +548,7 @@ def test_an_unknown_choice_keeps_vllms_decode_and_says_why(tmp_path):
 
 
 def test_the_switch_is_in_the_spec_registry():
-    from dsv4ctl.switches import BY_NAME
+    from dsv4ctl.spec.switches import BY_NAME
 
     switch = BY_NAME["DSV4_SPARSE_KERNEL"]
     assert switch.choices == ("fused", "gather", "reference") and switch.default is None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dsv4ctl.errors import SpecError
-from dsv4ctl.specload import load_spec
-from dsv4ctl.switches import SWITCHES, closest, defaults
+from dsv4ctl.spec.load import load_spec
+from dsv4ctl.spec.switches import SWITCHES, closest, defaults
 
 from .conftest import BASE_SPEC, EXPERIMENTS
 

@@ -7,7 +7,7 @@ import math
 import pytest
 from scipy import stats as scipy_stats
 
-from dsv4ctl import stats
+from dsv4ctl.analysis import stats
 
 
 def test_median_ci_order_statistics_by_hand():

@@ -174,7 +174,7 @@ def test_logprobs_lines_are_parsed():
 
 
 def test_options_for_spec_are_shared_by_cli_and_probe():
-    from dsv4ctl.specload import load_spec
+    from dsv4ctl.spec.load import load_spec
     from dsv4ctl.judge.rules import options_for_spec
 
     from .conftest import EXPERIMENTS

@@ -24,8 +24,8 @@ from typing import Any
 
 from . import stats
 from .differences import differences, timing_warning, token_comparison
-from .errors import Dsv4Error, ExitCode, UsageError
-from .store import Store
+from ..errors import Dsv4Error, ExitCode, UsageError
+from ..store.core import Store
 
 DECISION_EXIT = {"promote": int(ExitCode.OK), "reject": int(ExitCode.FAILED), "blocked": int(ExitCode.FAILED),
                  "inconclusive": int(ExitCode.INCONCLUSIVE)}
@@ -327,7 +327,7 @@ def compare_sides(store: Store, base: Side, cand: Side, metric: str | list[str] 
 
 def _failed_reason(label: str, failed: dict[str, Any]) -> str:
     """Why a run blocks the comparison: its verdict, or that it has none yet (still in flight)."""
-    from .judge.states import is_waiting
+    from ..judge.states import is_waiting
 
     if failed["status"] == "not judged" and failed["state"] and is_waiting(failed["state"]):
         return (f"{label} run {failed['run']} ({failed['experiment']}) is still {failed['state']}: not judged yet "

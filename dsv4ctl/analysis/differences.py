@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .store import Store
+from ..store.core import Store
 
 if TYPE_CHECKING:
     from .compare import CompareRow, Side
@@ -113,7 +113,7 @@ def token_comparison(store: Store, base: Side, cand: Side) -> tuple[list[dict[st
     a, b = first_tokens(base), first_tokens(cand)
     if a is None or b is None:
         return [], []
-    from .judge.rules import first_divergence
+    from ..judge.rules import first_divergence
 
     out, lengths = [], []
     for index, (left, right) in enumerate(zip(a, b)):

@@ -240,7 +240,7 @@ def known_words(word: str, known: list[str], what: str) -> str:
 def check_series(store: Any, experiment: str, metric: str) -> None:
     """An experiment no run belongs to, or a metric no run of it recorded, is a typo, not an empty history:
     refused (exit 2) with the known ones, as `compare` refuses an unknown metric."""
-    from .errors import UsageError
+    from ..errors import UsageError
 
     names = [row[0] for row in store.db.execute("SELECT DISTINCT e.name FROM experiments e "
                                                 "JOIN runs r ON r.experiment_id = e.id ORDER BY e.name")]

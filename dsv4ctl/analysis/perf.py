@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
 EXIT_OUTSIDE_REFERENCE = 4
 
@@ -102,7 +102,7 @@ ALIGN_METRICS = frozenset({"gen_s", "engine_ready_s", "output_tokens", "align_mi
 def produced_metrics(mode: str) -> frozenset[str]:
     """The metrics a job of this mode records, the only ones a spec's reference can be checked against."""
     if mode == "serve":
-        from .judge.serving import summary_names
+        from ..judge.serving import summary_names
 
         return frozenset(summary_names()) | {"engine_ready_s"}
     return ALIGN_METRICS if mode == "align" else OFFLINE_METRICS
@@ -115,7 +115,7 @@ def is_duration(metric: str) -> bool:
 def perf_findings(spec: Any) -> list[Any]:
     """validate's findings on `expect.perf` (issue 29 S32): a metric the mode's job never records is a reference
     every run fails ("not measured"), warned; a negative `max` for a duration is one no run can meet, refused."""
-    from .findings import Finding
+    from ..spec.findings import Finding
 
     findings = []
     produced = produced_metrics(spec.mode)
@@ -182,7 +182,7 @@ def write_into_spec(text: str, block: dict[str, dict[str, Any]], file: str = "th
     with SpecLayoutError, never rewritten through a YAML dump; the result is read back and checked."""
     import yaml
 
-    from .errors import SpecError
+    from ..errors import SpecError
 
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -248,8 +248,8 @@ def spec_mismatch(path: Any, experiment: str) -> str | None:
     """Why a spec given to `reference set --spec` may not be the experiment's own (another name, not the base name
     of its matrix points), or None. A warning, not a refusal: ingested runs are named by `--experiment`, so the
     experiment `j17` may well have its spec in j17-baseline.yaml. SpecError when the file is not a YAML spec."""
-    from .errors import SpecError
-    from .specload import read_document
+    from ..errors import SpecError
+    from ..spec.load import read_document
 
     try:
         data = read_document(path).data
@@ -374,7 +374,7 @@ def reference_of(store: Any, experiment: str) -> StoredReference:
 
 def save_reference(store: Any, experiment: str, block: dict[str, Any], source: str) -> StoredReference | None:
     """Store the reference of `experiment`; returns the one it replaces (None when it is the first)."""
-    from .store import now
+    from ..store.core import now
 
     with store.transaction():
         before = stored_references(store, experiment)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import Dsv4Error
+from ..errors import Dsv4Error
 
 
 class NoReferenceRuns(Dsv4Error):
@@ -14,7 +14,7 @@ class NoReferenceRuns(Dsv4Error):
 def samples_from(store: Any, experiment: str, sources: list[str]) -> tuple[dict[str, list[float]], str]:
     """Each metric's values over the passed runs of `experiment` that `sources` name (each a campaign name, else a
     run), and a description of them. Failed runs never set a reference."""
-    from .store import RunNotFound
+    from ..store.core import RunNotFound
 
     rows, names = [], []
     for source in sources:

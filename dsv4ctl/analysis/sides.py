@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import UsageError
+from ..errors import UsageError
 
 if TYPE_CHECKING:
     from .compare import Side
-    from .store import Store
+    from ..store.core import Store
 
 CANCELLED = "CANCELLED"  # the scheduler's state for a job someone stopped (scancel, `dsv4ctl cancel`)
 
@@ -40,7 +40,7 @@ def resolve_side(store: "Store", ref: str) -> "Side":
     else:
         names = [ref]
         if Path(ref).is_file():
-            from .specload import load_spec
+            from ..spec.load import load_spec
 
             names = sorted({p.spec.name for p in load_spec(ref) if p.spec})
         marks = ",".join("?" * len(names))
@@ -52,7 +52,7 @@ def resolve_side(store: "Store", ref: str) -> "Side":
 
 def _run_by_label(store: "Store", ref: str) -> list[int]:
     """A run named by its label (J17) or `latest`, when no experiment has that name."""
-    from .store import RunNotFound
+    from ..store.core import RunNotFound
 
     try:
         return [store.find_run(ref).id]

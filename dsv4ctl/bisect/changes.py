@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .differences import IGNORED_KEYS  # one list of what is bookkeeping, not a change (the snapshot has no label)
-from .errors import UsageError
+from ..analysis.differences import IGNORED_KEYS  # one list of what is bookkeeping, not a change (the snapshot has no label)
+from ..errors import UsageError
 
 MAX_CHANGES = 64  # ddmin asks up to n² + 3n subsets: beyond this, split the specs by hand first
 
@@ -132,8 +132,8 @@ def check_field_range(spec: dict[str, Any], field: str, low: int, high: int) -> 
     spend jobs on probes that can only be UNRESOLVED."""
     from pydantic import ValidationError
 
-    from .spec import ExperimentSpec
-    from .spec_findings import structural_message
+    from ..spec.models import ExperimentSpec
+    from ..spec.wording import structural_message
 
     for value in (low, high):
         try:
@@ -155,8 +155,8 @@ def validated(data: dict[str, Any], name: str, source: Path):
     """(ExperimentSpec, None), or (None, why) when the probe's spec breaks a rule (an UNRESOLVED probe)."""
     from pydantic import ValidationError
 
-    from .rules import check_spec
-    from .spec import ExperimentSpec
+    from ..spec.rules import check_spec
+    from ..spec.models import ExperimentSpec
 
     try:
         spec = ExperimentSpec.model_validate({**data, "name": name})

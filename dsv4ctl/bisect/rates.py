@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .ddmin import FAIL, PASS, UNRESOLVED
-from .judge.states import normalise
-from .sweep import wilson
+from ..judge.states import normalise
+from ..campaign.sweep import wilson
 
 # Final states that say nothing about the code: the job was stopped from outside or never ran. TIMEOUT and
 # OUT_OF_MEMORY stay failures: a hang or a leak can be the bug being looked for.

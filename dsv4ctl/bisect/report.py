@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .store import Store
+from ..store.core import Store
 
 
 def _probes(store: Store, bisection_id: int) -> dict[str, dict[str, Any]]:
@@ -27,7 +27,7 @@ def _probes(store: Store, bisection_id: int) -> dict[str, dict[str, Any]]:
 
 def bisection_data(store: Store, bisection_id: int) -> dict[str, Any]:
     """The bisection, its steps in order (each with its probes), and its result (None until it has one)."""
-    from .bisect import load
+    from .run import load
 
     row = load(store, bisection_id)
     changes = row["changes"] or []
@@ -63,7 +63,7 @@ def svg_interval(lo: float | None, hi: float | None, rate: float | None, width: 
 def render_bisection(data: dict[str, Any]) -> str:
     from markupsafe import Markup
 
-    from .render import _environment
+    from ..spec.render import _environment
 
     return _environment().get_template("report_bisect.html.j2").render(
         data=data, interval=lambda p: Markup(svg_interval(p.get("lo"), p.get("hi"), p.get("rate"))))

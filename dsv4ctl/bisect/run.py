@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import bisect_changes as changes_mod
-from .bisect_rates import UNRESOLVED, UNTESTABLE, Rate, run_outcome
+from . import changes as changes_mod
+from .rates import UNRESOLVED, UNTESTABLE, Rate, run_outcome
 from .ddmin import Stopped
-from .errors import Dsv4Error, UsageError
-from .store import Store, now
+from ..errors import Dsv4Error, UsageError
+from ..store.core import Store, now
 
 RUNNING, DONE = "running", "done"
 MEASURED = "measured"  # an end measured to its target runs (GOOD, BAD, the ends of a range)
@@ -240,8 +240,8 @@ class Runner:
 
     def follow(self) -> None:
         """Finish what a stopped CLI left: submit planned runs of this bisection's campaigns, wait for the rest."""
-        from .campaign import resume
-        from .watch import watch
+        from ..campaign.plan import resume
+        from ..campaign.watch import watch
 
         campaigns = [r[0] for r in self.store.db.execute(
             "SELECT b.campaign FROM bisect_campaigns b JOIN campaigns c ON c.name = b.campaign "
@@ -259,8 +259,8 @@ class Runner:
             "WHERE b.bisection_id = ?", [self.bisection_id])]
 
     def submit(self, wanted: list[tuple[Probe, int]]) -> None:
-        from .campaign import PlannedRun
-        from .campaign import submit as submit_campaign
+        from ..campaign.plan import PlannedRun
+        from ..campaign.plan import submit as submit_campaign
 
         total = sum(n for _, n in wanted)
         spent = self.jobs_spent()

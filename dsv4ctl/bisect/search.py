@@ -9,13 +9,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import bisect_changes as changes_mod
-from .bisect import (DONE, MEASURED, RUNNING, BudgetSpent, NothingToBisect, Plan, Probe, Runner, Settings,
-                     find_or_create, finished, inputs_key, running, subset_key)
-from .bisect_rates import (FAIL, PASS, UNRESOLVED, Rate, ends_differ, judge_point, judge_value, more_runs,
-                           runs_to_tell)
+from . import changes as changes_mod
+from .run import (
+    DONE,
+    MEASURED,
+    RUNNING,
+    BudgetSpent,
+    NothingToBisect,
+    Plan,
+    Probe,
+    Runner,
+    Settings,
+    find_or_create,
+    finished,
+    inputs_key,
+    running,
+    subset_key,
+)
+from .rates import FAIL, PASS, UNRESOLVED, Rate, ends_differ, judge_point, judge_value, more_runs, runs_to_tell
 from .ddmin import ddmin, worst_case_probes
-from .store import now
+from ..store.core import now
 
 
 @dataclass
@@ -196,7 +209,7 @@ def _boundary_result(runner: Runner, field: str, low: int, high: int, passing: i
 
 
 def _resolved(path) -> dict[str, Any]:
-    from .specload import select_point
+    from ..spec.load import select_point
 
     return select_point(path, None).snapshot()
 
@@ -279,7 +292,7 @@ def nothing_result(kind: str, reason: str, rates: dict[str, Any], jobs: int) -> 
 
 def prepared_from_store(store, bisection_id: int, max_jobs: int | None = None) -> tuple[Prepared, Settings]:
     """`--resume ID`: the stored inputs and settings (a new --max-jobs replaces the stored one)."""
-    from .bisect import load
+    from .run import load
 
     row = load(store, bisection_id)
     settings = Settings(**row["settings"])

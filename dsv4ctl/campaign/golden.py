@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import Dsv4Error
-from .store import RunNotFound, Store
+from ..errors import Dsv4Error
+from ..store.core import RunNotFound, Store
 
 if TYPE_CHECKING:
-    from .campaign import PlannedRun
-    from .spec import ExperimentSpec
+    from .plan import PlannedRun
+    from ..spec.models import ExperimentSpec
 
 
 class GoldenUnavailable(Dsv4Error):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import Dsv4Error
-from .judge.states import normalise
-from .scheduler import JobRef, JobStatus, get_scheduler
-from .store import RunRow, Store
+from ..errors import Dsv4Error
+from ..judge.states import normalise
+from ..scheduler import JobRef, JobStatus, get_scheduler
+from ..store.core import RunRow, Store
 from .watch import _age_s, elapsed_of, stuck_reason
 
 
@@ -20,7 +20,7 @@ class RunInFlight(Dsv4Error):
     exit_code = 5
 
     def __init__(self, row: RunRow, status: JobStatus | None) -> None:
-        from .units import clock
+        from ..units import clock
 
         state = status.state if status else row.state
         detail = (status.state_detail if status else row.state_detail) or ""
@@ -85,8 +85,8 @@ class Interrupted(Dsv4Error):
 def interrupted(store: Store, campaign: str, run_ids: list[int]) -> Interrupted:
     """What a Ctrl-C during a submit or its wait leaves behind (issue 26 M7): the runs queued or running, any run
     caught mid-submission, and the campaign's commands to cancel, follow or complete it."""
-    from .campaign import reconcile
-    from .judge.states import SUBMITTING, is_waiting
+    from .plan import reconcile
+    from ..judge.states import SUBMITTING, is_waiting
 
     for row in store.runs_by_ids(run_ids):  # a job sbatch queued just before the interrupt: found by its token
         if row.state == SUBMITTING:

@@ -19,11 +19,11 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import Dsv4Error, UsageError
-from .store import Store
-from .switches import BY_NAME
-from .versions import read_versions
-from .judge.rules import Verdict
+from ..errors import Dsv4Error, UsageError
+from ..store.core import Store
+from ..spec.switches import BY_NAME
+from ..versions import read_versions
+from ..judge.rules import Verdict
 
 MAX_LOG_BYTES = 16 << 30  # a 1 GiB log ingests in under a second; past 16 GiB it is not one job's log
 MAX_SACCT_BYTES = 64 << 20
@@ -51,7 +51,7 @@ class Ingested:
 def _label_like(job_id: str) -> bool:
     import re
 
-    from .spec import LABEL_PATTERN, RESERVED_LABELS
+    from ..spec.models import LABEL_PATTERN, RESERVED_LABELS
 
     return re.fullmatch(LABEL_PATTERN, job_id) is not None and job_id not in RESERVED_LABELS  # a bare number would read as a run id
 
@@ -119,8 +119,8 @@ def copy_hashing(source: Path, target: Path, limit: int) -> str:
 
 def copy_evidence(source_dir: Path, target: Path, mode: str, facts) -> None:
     """What the mode's judge reads beside raw.log: a serve run's files, an align run's capture and spec.json."""
-    from .judge.serve_files import FILES
-    from .render import SNAPSHOT_NAME
+    from ..judge.serve_files import FILES
+    from ..spec.render import SNAPSHOT_NAME
 
     names: list[str] = []
     if mode == "serve":
@@ -139,7 +139,7 @@ def copy_evidence(source_dir: Path, target: Path, mode: str, facts) -> None:
 def ingest_root(flag: Path | None, db_path: Path) -> Path:
     """The runs directory the copies go under: --runs-dir, DSV4CTL_RUNS_DIR, dsv4ctl.toml's, else `runs/` beside
     the database (the copies belong to the database that records them)."""
-    from .config import DEFAULT_RUNS_DIR, RUNS_DIR_ENV, load_config, resolve
+    from ..config import DEFAULT_RUNS_DIR, RUNS_DIR_ENV, load_config, resolve
 
     config = load_config()
     found = resolve(flag, RUNS_DIR_ENV, config.runs_dir, None, config.path)
@@ -153,7 +153,7 @@ def ingest_log(store: Store, log: Path, experiment: str, sacct: Path | None, swi
     the scheduler record names (J08), made unique (J08-2) when another run has it already."""
     switches = parse_switches(switch_pairs)
     if store.read_only:  # said before anything is copied (the copy would go for nothing)
-        from .store import StoreError
+        from ..store.core import StoreError
 
         raise StoreError(f"{store.path}: it is read-only here; reading commands work, recording needs write access")
     check_regular(log, "log", MAX_LOG_BYTES)
@@ -179,10 +179,10 @@ def ingest_log(store: Store, log: Path, experiment: str, sacct: Path | None, swi
 def _ingest_copy(store: Store, log: Path, sacct: Path | None, target: Path, token: str, experiment: str,
                  switches: dict[str, str], tags: list[str], label: str | None, git_sha: str | None, *,
                  mode: str | None, again: bool, force: bool) -> Ingested:
-    from .judge.rules import VerdictOptions
-    from .judge.scan import parse_file
-    from .modes import judge_log, log_mode
-    from .render import RAW_LOG_NAME
+    from ..judge.rules import VerdictOptions
+    from ..judge.scan import parse_file
+    from ..modes.registry import judge_log, log_mode
+    from ..spec.render import RAW_LOG_NAME
 
     copied = target / RAW_LOG_NAME
     sha = copy_hashing(log, copied, MAX_LOG_BYTES)

@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import __version__, external
-from .errors import Dsv4Error, SpecInvalid, UsageError
-from .paths import project_root, runtime_dir
-from .render import RAW_LOG_NAME, SCRIPT_NAME, SNAPSHOT_NAME, render_script, snapshot_text
-from .scheduler import Scheduler, SubmitError, get_scheduler, resolve_backend
-from .spec import ExperimentSpec
-from .specload import LoadedSpec, load_spec
-from .judge.states import FINAL
-from .store import LATEST, PLANNED, SUBMIT_FAILED, SUBMITTING, RunRow, Store, StoreError
+from .. import __version__, external
+from ..errors import Dsv4Error, SpecInvalid, UsageError
+from ..paths import project_root, runtime_dir
+from ..spec.render import RAW_LOG_NAME, SCRIPT_NAME, SNAPSHOT_NAME, render_script, snapshot_text
+from ..scheduler import Scheduler, SubmitError, get_scheduler, resolve_backend
+from ..spec.models import ExperimentSpec
+from ..spec.load import LoadedSpec, load_spec
+from ..judge.states import FINAL
+from ..store.core import LATEST, PLANNED, SUBMIT_FAILED, SUBMITTING, RunRow, Store, StoreError
 
 SUBMIT_RETRIES = 3
 SUBMIT_BACKOFF_S = 2.0
@@ -159,7 +159,7 @@ def submit(store: Store, spec_paths: list[Path], backend: str | None = None, *, 
     if campaign == LATEST:
         raise UsageError(f"{LATEST!r} names the newest campaign; pick another --campaign name")
     runs = planned if planned is not None else plan(spec_paths, repeats)
-    from .align import check_references
+    from ..modes.align.result import check_references
 
     check_references(store, runs)  # align.reference: run:latest -> run:<id>, fixed before anything is recorded
     name = campaign or _campaign_name(runs)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import Dsv4Error, SpecInvalid
-from .specload import load_spec
-from .store import Store
+from ..errors import Dsv4Error, SpecInvalid
+from ..spec.load import load_spec
+from ..store.core import Store
 
 PLATFORM_NEEDS = {"gfx936": "the DCU cluster (Hygon gfx936)", "rocm": "a ROCm GPU cluster",
                   "cuda": "a CUDA GPU cluster", "cpu": "the CPU engine"}
@@ -62,7 +62,7 @@ class CaseResult:
 
 
 def suite_matrix(store: Store, campaign: str, skipped: list[tuple[str, str]]) -> list[CaseResult]:
-    from .perf import stored_check
+    from ..analysis.perf import stored_check
 
     rows = store.runs(campaign=campaign)
     verdicts = store.verdict_summaries([r.id for r in rows])

@@ -11,15 +11,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .campaign import reconcile
-from .errors import Dsv4Error, LogError
-from .judge.scan import parse_file
-from .judge.sacct import SchedulerSummary
-from .judge.states import FINAL, PAUSED, is_waiting, normalise
-from .scheduler import JobRef, JobStatus, get_scheduler
-from .store import SUBMITTING, RunRow, Store, StoreError
-from .versions import read_versions
-from .judge.rules import Verdict, VerdictOptions, judge, options_for_spec
+from .plan import reconcile
+from ..errors import Dsv4Error, LogError
+from ..judge.scan import parse_file
+from ..judge.sacct import SchedulerSummary
+from ..judge.states import FINAL, PAUSED, is_waiting, normalise
+from ..scheduler import JobRef, JobStatus, get_scheduler
+from ..store.core import SUBMITTING, RunRow, Store, StoreError
+from ..versions import read_versions
+from ..judge.rules import Verdict, VerdictOptions, judge, options_for_spec
 
 class WaitTimedOut(Dsv4Error):
     """A wait's --timeout passed with runs still in flight (they go on; exit 3)."""
@@ -60,9 +60,9 @@ def judge_stored(store: Store, row: RunRow, scheduler: SchedulerSummary | None) 
     """The one judgement of a stored run (issue 29), submitted or ingested: the mode's judge (modes.judge_facts),
     an align run compared from its capture, the verdict stored. An ingested run is judged as it was at ingest: the
     default options, its copied log and the serve files or capture copied beside it."""
-    from .align import judged
-    from .judge.scan import LogFacts
-    from .modes import judge_facts
+    from ..modes.align.result import judged
+    from ..judge.scan import LogFacts
+    from ..modes.registry import judge_facts
 
     snapshot = json.loads(store.spec_json(row.experiment_id))
     mode = stored_mode(snapshot)
@@ -296,7 +296,7 @@ def rejudge(ref: str, db: str | None = None) -> tuple[Verdict, Path]:
     """`dsv4ctl verdict RUN`: judge a stored run again from its log, with the scheduler's live record where it has
     one that is final, else the record stored with the run (sacct forgets old jobs; an ingested run has no live
     record): re-judging never throws away what was recorded."""
-    from .store import open_store
+    from ..store.core import open_store
 
     store = open_store(db, must_exist=True)
     row = store.find_run(ref)

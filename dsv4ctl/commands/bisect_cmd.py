@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from ..report import output
 from .options import BackendOpt, DbOpt, JsonOpt, RunsDirOpt, at_least, open_store
 
 
@@ -40,7 +40,7 @@ def bisect(specs: Annotated[Optional[list[Path]], typer.Argument(
     --range LOW..HIGH to the smallest failing value. Every point is real jobs, judged by its failure rate with Wilson
     95% intervals; the plan and its worst-case cost come first. The same command again resumes. Exit 0 with a sure
     answer, 1 when it is not sure (ambiguous, or --max-jobs spent)."""
-    from ..bisect_search import execute, finished_result, prepared_from_store
+    from ..bisect.search import execute, finished_result, prepared_from_store
     from ..config import runs_dir as configured_runs_dir
 
     store = open_store(db)
@@ -63,7 +63,7 @@ def bisect(specs: Annotated[Optional[list[Path]], typer.Argument(
 
 def _same_as_resumed(resume: int, stored, given, settings) -> None:
     """`--resume N` with specs (or --field/--range) that are not bisection N's: refused, never silently ignored."""
-    from ..bisect import inputs_key
+    from ..bisect.run import inputs_key
     from ..errors import UsageError
 
     if inputs_key(given.kind, given.inputs, settings) != inputs_key(stored.kind, stored.inputs, settings):
@@ -75,15 +75,15 @@ def _same_as_resumed(resume: int, stored, given, settings) -> None:
 
 
 def _settings(backend, runs_root: Path, max_jobs: int, cap: int, base_runs: int, threshold: float):
-    from ..bisect import Settings
+    from ..bisect.run import Settings
     from ..scheduler import resolve_backend
 
     return Settings(resolve_backend(backend), str(runs_root.resolve()), max_jobs, cap, base_runs, threshold)
 
 
 def _prepare(specs: list[Path], field: str | None, range_: str | None, settings):
-    from ..bisect_changes import parse_range
-    from ..bisect_search import prepare_boundary, prepare_changes
+    from ..bisect.changes import parse_range
+    from ..bisect.search import prepare_boundary, prepare_changes
     from ..errors import UsageError
 
     if field or range_:
@@ -144,7 +144,7 @@ def bisect_report(bisection: Annotated[int, typer.Argument(help="The bisection's
     the culprit with its evidence."""
     import json as json_module
 
-    from ..report_bisect import bisection_data, render_bisection
+    from ..bisect.report import bisection_data, render_bisection
 
     data = bisection_data(open_store(db, must_exist=True), bisection)
     text = json_module.dumps(data, indent=2, default=str) + "\n" if json else render_bisection(data)

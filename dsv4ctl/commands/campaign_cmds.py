@@ -7,9 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output
-from .options import (BackendOpt, DbOpt, JsonOpt, RunsDirOpt, TimeoutOpt, check_campaign, check_repeats,
-                      open_store)
+from ..report import output
+from .options import BackendOpt, DbOpt, JsonOpt, RunsDirOpt, TimeoutOpt, check_campaign, check_repeats, open_store
 
 
 def suite(directory: Annotated[Path, typer.Argument(help="A folder of specs (experiments/regression-cpu).",
@@ -24,9 +23,9 @@ def suite(directory: Annotated[Path, typer.Argument(help="A folder of specs (exp
           db: DbOpt = None, json: JsonOpt = False) -> None:
     """Run a regression suite as one campaign and print the pass/fail matrix. Exit 0 only if every case passed,
     3 when --timeout passed first."""
-    from ..campaign import submit as submit_campaign
+    from ..campaign.plan import submit as submit_campaign
     from ..config import runs_dir as configured_runs_dir
-    from ..suite import plan_suite, suite_matrix
+    from ..campaign.suite import plan_suite, suite_matrix
     from .run_cmds import _watch_until_done
 
     plan = plan_suite(directory, platform)
@@ -77,12 +76,12 @@ def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a mat
           db: DbOpt = None, json: JsonOpt = False) -> None:
     """Failure rate per matrix point with Wilson 95% intervals, and where failures start. Resumable.
     Exit 3 when --timeout passed first."""
-    from ..campaign import resume
-    from ..campaign import submit as submit_campaign
+    from ..campaign.plan import resume
+    from ..campaign.plan import submit as submit_campaign
     from ..config import runs_dir as configured_runs_dir
     from ..errors import Dsv4Error
-    from ..store import RunNotFound
-    from ..sweep import summarise_campaign
+    from ..store.core import RunNotFound
+    from ..campaign.sweep import summarise_campaign
     from .run_cmds import _watch_until_done
 
     store = open_store(db)
@@ -106,7 +105,7 @@ def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a mat
     if wait:
         _watch_until_done(store, [r.id for r in store.runs(campaign=name)], timeout_s=timeout)
     summary = summarise_campaign(store, name)
-    from ..report_serve import best_load_text, campaign_serving
+    from ..modes.serve.report import best_load_text, campaign_serving
 
     serving = campaign_serving(store, store.runs(campaign=name))  # a load sweep of serve runs (issue 14)
     if json:
@@ -138,7 +137,7 @@ def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a mat
 def _require_matrix(spec: Path) -> None:
     """A sweep is over matrix points: a spec without one would be a silent one-point sweep (issue 26 m20)."""
     from ..errors import UsageError
-    from ..specload import read_document
+    from ..spec.load import read_document
 
     if not read_document(spec).data.get("matrix"):
         error = UsageError(f"{spec} has no matrix: use submit --repeats N to run one spec several times")
@@ -161,7 +160,7 @@ def report(campaign: Annotated[str, typer.Argument(callback=check_campaign, help
     import json as json_module
 
     from ..errors import UsageError
-    from ..report import check_metric, render_html, render_markdown, report_data
+    from ..report.campaign import check_metric, render_html, render_markdown, report_data
 
     if json and markdown:
         raise UsageError("--json and --markdown are two formats: pick one")

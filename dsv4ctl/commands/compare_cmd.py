@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from ..report import output
 from .options import DbOpt, JsonOpt, check_alpha, check_campaign, check_direction, check_factor
 
 SideArg = Annotated[Optional[str], typer.Argument(
@@ -34,9 +34,9 @@ def compare(baseline: SideArg = None, candidate: SideArg = None, metric: MetricO
     """Compare two sets of runs: correctness gate, what differs, statistics, decision. Two experiments that are
     one --ab campaign's sides mean that campaign's runs only; cancelled runs are left out and said so.
     Exit 0 promote, 1 reject or blocked, 5 inconclusive, 2 usage (an unknown side, campaign or metric)."""
-    from ..compare import compare as run_compare
-    from ..compare import parse_metrics
-    from ..store import open_store
+    from ..analysis.compare import compare as run_compare
+    from ..analysis.compare import parse_metrics
+    from ..store.core import open_store
 
     # With --json, a failure is a JSON error object on stderr: cli.main does that for every command.
     result = run_compare(open_store(db, must_exist=True), baseline, candidate, parse_metrics(metric), alpha, factor,
@@ -63,7 +63,7 @@ METRIC_COLUMNS = ["metric", "baseline", "candidate", "ratio", "p", "decision"]
 
 
 def _notes(c) -> list[str]:
-    from ..report import number, p_text
+    from ..report.campaign import number, p_text
 
     several = len(c.metrics) > 1
     lines = list(c.reasons)
@@ -90,7 +90,7 @@ def _notes(c) -> list[str]:
 
 
 def show(c) -> None:
-    from ..report import metric_rows
+    from ..report.campaign import metric_rows
 
     style = {"promote": "bold green", "reject": "bold red", "blocked": "bold red"}.get(c.decision, "bold yellow")
     output.markup(f"[{style}]{c.decision.upper()}[/] at alpha {c.alpha}, factor {c.factor}")
@@ -127,7 +127,7 @@ def group_columns(c) -> list[str]:
 
 
 def group_rows(c) -> list[tuple[str, ...]]:
-    from ..report import number
+    from ..report.campaign import number
 
     rows = []
     for label, side in (("baseline", c.baseline), ("candidate", c.candidate)):
@@ -138,13 +138,13 @@ def group_rows(c) -> list[tuple[str, ...]]:
 
 
 def difference_rows(c) -> list[tuple[str, str, str]]:
-    from ..report import values
+    from ..report.campaign import values
 
     return [(d["key"], values(d["baseline"]), values(d["candidate"])) for d in c.differences]
 
 
 def to_markdown(c) -> str:
-    from ..report import md, metric_rows
+    from ..report.campaign import md, metric_rows
 
     def table(columns: list[str], rows: list[tuple[str, ...]]) -> list[str]:
         return ["| " + " | ".join(map(md, columns)) + " |", "|" + "---|" * len(columns)] + [

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from ..report import output
 
 
 def build_model(out: Annotated[Path, typer.Option(help="Model directory to write.")] = Path("models/tiny-qwen2"),

@@ -43,7 +43,7 @@ def check_label(value: str | None) -> str | None:
     """--label: a short name that starts with a letter (J18), so it never reads as a run id."""
     import re
 
-    from ..spec import LABEL_PATTERN, RESERVED_LABELS
+    from ..spec.models import LABEL_PATTERN, RESERVED_LABELS
 
     if value is not None and (not re.fullmatch(LABEL_PATTERN, value) or value in RESERVED_LABELS):
         raise typer.BadParameter(f"{value!r} is not a label: start with a letter, then letters, digits, . _ - "
@@ -61,7 +61,7 @@ LabelOpt = Annotated[Optional[str], typer.Option(
 def open_store(db: Path | None, must_exist: bool = False):
     """The store (imported on use: sqlite-utils is slow to import and `--help` must stay fast). Commands that only
     read pass `must_exist`: no database there is an error, not an empty table."""
-    from ..store import open_store as _open
+    from ..store.core import open_store as _open
 
     return _open(db, must_exist=must_exist)
 
@@ -113,7 +113,7 @@ def check_factor(value: float) -> float:
 
 def check_direction(value: str | None) -> str | None:
     """--direction: lower or higher (is better)."""
-    from ..compare import DIRECTIONS  # the compare command imports it anyway; keeps --help cold
+    from ..analysis.compare import DIRECTIONS  # the compare command imports it anyway; keeps --help cold
 
     if value is not None and value not in DIRECTIONS:
         raise typer.BadParameter(f"{value!r} is not one of: {', '.join(DIRECTIONS)}")

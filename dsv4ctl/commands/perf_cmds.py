@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from ..report import output
 from .options import DbOpt, JsonOpt, open_store
 
 reference_app = typer.Typer(help="Performance references: the bounds each passed run is checked against.",
@@ -32,10 +32,19 @@ def reference_set(experiment: ExperimentArg,
     for the experiment (runs judged or ingested later are checked against it), and with --spec write it there.
     Nothing is stored when the spec cannot take it (not YAML, a layout it cannot edit); a spec that names another
     experiment is warned about, and so is a reference from fewer than 6 passed runs."""
-    from ..perf import (SpecLayoutError, describe_reference, few_samples_warning, parse_tolerance, perf_yaml,
-                        reference_from, save_reference, spec_mismatch, write_into_spec)
-    from ..reference_source import samples_from
-    from ..specload import read_spec_text
+    from ..analysis.perf import (
+        SpecLayoutError,
+        describe_reference,
+        few_samples_warning,
+        parse_tolerance,
+        perf_yaml,
+        reference_from,
+        save_reference,
+        spec_mismatch,
+        write_into_spec,
+    )
+    from ..analysis.reference_source import samples_from
+    from ..spec.load import read_spec_text
 
     store = open_store(db, must_exist=True)
     found, described = samples_from(store, experiment, source)
@@ -74,7 +83,7 @@ def reference_show(experiment: Annotated[Optional[str], typer.Argument(
                    db: DbOpt = None, json: JsonOpt = False) -> None:
     """The references stored by `reference set`: per experiment its bounds, the runs they were measured on and
     when. A spec's own expect.perf is in the spec, not here. An experiment with none exits 2."""
-    from ..perf import describe_reference, perf_yaml, reference_of, stored_references
+    from ..analysis.perf import describe_reference, perf_yaml, reference_of, stored_references
 
     store = open_store(db, must_exist=True)
     found = [reference_of(store, experiment)] if experiment is not None else stored_references(store)
@@ -93,7 +102,7 @@ def reference_show(experiment: Annotated[Optional[str], typer.Argument(
 def reference_unset(experiment: ExperimentArg, db: DbOpt = None, json: JsonOpt = False) -> None:
     """Remove the reference stored for an experiment: runs judged or ingested later are not checked against it
     (checks already recorded stay; a spec's expect.perf still applies). An experiment with none exits 2."""
-    from ..perf import describe_reference, unset_reference
+    from ..analysis.perf import describe_reference, unset_reference
 
     store = open_store(db, must_exist=True)
     removed = unset_reference(store, experiment)
@@ -110,7 +119,7 @@ def history(experiment: ExperimentArg,
             db: DbOpt = None, json: JsonOpt = False) -> None:
     """Every passed run's metric over commits or dates: medians with 95% intervals, a sparkline, and the steps
     found by change-point detection (PELT, MBIC penalty; Mann-Whitney p per step). Failed runs never count."""
-    from ..history import build_history, check_series, samples, sparkline
+    from ..analysis.history import build_history, check_series, samples, sparkline
 
     if by not in ("commit", "date"):
         raise typer.BadParameter(f"{by!r}: use commit or date", param_hint="--by")

@@ -9,9 +9,22 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output
-from .options import (BackendOpt, DbOpt, JsonOpt, LabelOpt, OnStuckOpt, RunsDirOpt, SpecsArg, TimeoutOpt,
-                      at_least, check_campaign, check_label, check_repeats, open_store)
+from ..report import output
+from .options import (
+    BackendOpt,
+    DbOpt,
+    JsonOpt,
+    LabelOpt,
+    OnStuckOpt,
+    RunsDirOpt,
+    SpecsArg,
+    TimeoutOpt,
+    at_least,
+    check_campaign,
+    check_label,
+    check_repeats,
+    open_store,
+)
 
 RunArg = Annotated[str, typer.Argument(help="Run id, label (J17), job id, token, or `latest`.")]
 CampaignOpt = Annotated[Optional[str], typer.Option(callback=check_campaign,
@@ -29,10 +42,10 @@ def _run_json(store, row) -> dict:
     data = row.to_json()
     data["verdict"] = store.verdict(row.id)
     data["metrics"] = store.metrics(row.id)
-    from ..perf import stored_check
+    from ..analysis.perf import stored_check
 
     data["perf"] = stored_check(store, row.id)
-    from ..align import stored_alignment
+    from ..modes.align.result import stored_alignment
 
     data["align"] = stored_alignment(store, row.id)  # mode: align runs only (None otherwise)
     return data
@@ -49,7 +62,7 @@ def _watch_until_done(store, run_ids: list[int], quiet: bool = False, timeout_s:
     keeps this wait going. Progress (on stderr: stdout stays the result) names the runs with their state, stage and
     elapsed time, and says which are paused. WaitTimedOut (exit 3) when `timeout_s` passes; WaitStuck (exit 1) at
     once when a job can never start (left queued or cancelled, `on_stuck`); Ctrl-C names the jobs left queued."""
-    from ..watch import WaitTimedOut, waiting_on, watch
+    from ..campaign.watch import WaitTimedOut, waiting_on, watch
 
     wanted = sorted(set(run_ids))
     live = output.live_status(quiet=quiet)
@@ -61,7 +74,7 @@ def _watch_until_done(store, run_ids: list[int], quiet: bool = False, timeout_s:
 
             report = watch(store, wanted, on_round=on_round, timeout_s=timeout_s, on_stuck=on_stuck)
     except KeyboardInterrupt:
-        from ..inflight import interrupted
+        from ..campaign.inflight import interrupted
 
         rows = store.runs_by_ids(wanted)
         name = campaign or (rows[0].campaign if rows and len({r.campaign for r in rows}) == 1 else None)
@@ -96,10 +109,10 @@ def submit(specs: SpecsArg,
     """Render and submit specs: one job per matrix point and repeat, every run recorded in the store.
     With --wait: exit 0 only if all passed, 1 if any did not or a job can never start, 3 when --timeout passed
     first, 4 if all passed but one is outside its performance reference."""
-    from ..campaign import interleave, plan
-    from ..campaign import submit as submit_campaign
+    from ..campaign.plan import interleave, plan
+    from ..campaign.plan import submit as submit_campaign
     from ..config import runs_dir as configured_runs_dir
-    from ..golden import needs_store, resolve_goldens
+    from ..campaign.golden import needs_store, resolve_goldens
     from ..scheduler import resolve_backend
 
     planned = plan(specs, repeats, label)  # refuses invalid specs before anything is recorded
@@ -114,7 +127,7 @@ def submit(specs: SpecsArg,
     store = open_store(db) if not dry_run or needs_store(planned) else None
     if store is not None:
         resolve_goldens(store, planned)  # expect.golden_from: J17 -> its token ids, before anything is recorded
-        from ..align import check_references
+        from ..modes.align.result import check_references
 
         check_references(store, planned)  # align.reference: run:ID must name a stored capture
     if dry_run:
@@ -139,7 +152,7 @@ def submit(specs: SpecsArg,
             _watch_until_done(store, outcome.run_ids, timeout_s=timeout, on_stuck=on_stuck,
                               campaign=outcome.campaign)
     except KeyboardInterrupt:
-        from ..inflight import interrupted
+        from ..campaign.inflight import interrupted
 
         raise interrupted(store, outcome.campaign, outcome.run_ids) from None
     rows = store.runs_by_ids(outcome.run_ids)
@@ -159,7 +172,7 @@ def submit(specs: SpecsArg,
 def _wait_exit(store, run_ids: list[int]) -> int:
     """A finished wait's exit code, as `verdict` gives it: 0 all passed, 1 any not, 4 all passed but one is outside
     its performance reference."""
-    from ..perf import EXIT_OUTSIDE_REFERENCE, outside_reference
+    from ..analysis.perf import EXIT_OUTSIDE_REFERENCE, outside_reference
 
     if not _all_passed(store, run_ids):
         return 1
@@ -169,7 +182,7 @@ def _wait_exit(store, run_ids: list[int]) -> int:
 def _preflight(planned, backend: str, as_json: bool) -> None:
     """`submit --check`: one line per point the cluster would never run, and exit 1 before anything is recorded."""
     from ..errors import UsageError
-    from ..preflight import check_planned
+    from ..scheduler.preflight import check_planned
 
     if backend != "slurm":
         raise UsageError(f"--check asks Slurm (sbatch --test-only); this submission uses the {backend} backend: "
@@ -196,7 +209,7 @@ def status(campaign: CampaignOpt = None,
     """Poll the scheduler once (one sacct call for all jobs), record states, judge finished jobs.
     With --watch: exit 0 if all passed or nothing is in flight, 1 if any did not or a job can never start, 3 when
     --timeout passed first, 4 if all passed but one is outside its performance reference."""
-    from ..watch import poll_once, stuck_reason
+    from ..campaign.watch import poll_once, stuck_reason
 
     store = open_store(db, must_exist=True)
     campaign = store.campaign_name(campaign)
@@ -288,7 +301,7 @@ def cancel(refs: Annotated[Optional[list[str]], typer.Argument(
     """Cancel runs (scancel, or SIGTERM for local jobs). A named run that is finished or ingested is said so and
     left alone (exit 0: nothing to do)."""
     from ..errors import Dsv4Error
-    from ..inflight import cancel_rows
+    from ..campaign.inflight import cancel_rows
     from ..judge.states import is_waiting
 
     store = open_store(db, must_exist=True)
@@ -328,7 +341,7 @@ def resume(campaign: Annotated[str, typer.Argument(callback=check_campaign, help
            wait: Annotated[bool, typer.Option(help="Watch until every resubmitted run is judged.")] = False,
            db: DbOpt = None, json: JsonOpt = False) -> None:
     """Resubmit the runs of a campaign that never got a job or never produced a verdict, and nothing else."""
-    from ..campaign import resume as resume_campaign
+    from ..campaign.plan import resume as resume_campaign
     store = open_store(db, must_exist=True)
     outcome = resume_campaign(store, campaign)
     if wait and outcome.run_ids:
@@ -373,7 +386,7 @@ def ingest(log: Annotated[Path, typer.Option("--log", help="Raw log of an earlie
            db: DbOpt = None, json: JsonOpt = False) -> None:
     """Import the log of an earlier run: copied into the runs directory, judged by its mode and stored like a
     submitted one. The same log twice is refused (exit 2) unless --again."""
-    from ..ingest import ingest_log, ingest_root
+    from ..campaign.ingest import ingest_log, ingest_root
 
     store = open_store(db)
     done = ingest_log(store, log, experiment, sacct, switch or [], tag or [], label, git_sha,
@@ -405,7 +418,7 @@ def logs(run: RunArg,
          db: DbOpt = None) -> None:
     """Print a run's raw.log (its current stage first, on stderr); with -f, follow it until the run ends.
     Exit 3 when --timeout passes first."""
-    from ..watch import follow_log
+    from ..campaign.watch import follow_log
 
     store = open_store(db, must_exist=True)
     row = store.find_run(run)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import output
+from ..report import output
 from ..units import clock, kib, utc
 
 FALSE_GREEN_STYLE = "bold red on white"  # as `verdict` shows its FALSE GREEN banner (issue 26 m25)
@@ -25,8 +25,8 @@ def blocker_text(verdict: dict | None, limit: int = 60) -> str:
 
 
 def runs_table(store, rows, title: str) -> None:
-    from ..perf import outside_reference
-    from ..watch import stuck_reason
+    from ..analysis.perf import outside_reference
+    from ..campaign.watch import stuck_reason
 
     verdicts = store.verdict_summaries([r.id for r in rows])
     outside = outside_reference(store, [r.id for r in rows])
@@ -83,14 +83,14 @@ def show_run(data: dict[str, Any]) -> None:
         output.text("verdict: none yet" + (f" (judging failed: {data['judge_error']})"
                                            if data.get("judge_error") else ""))
     if metrics:
-        from ..verdict_view import show_metrics
+        from ..report.verdict_view import show_metrics
 
         show_metrics(metrics)
     if perf:
         output.text(f"performance ({perf['source']}): " + ("within its reference" if perf["within"] else
                     "; ".join(f["message"] for f in perf["failures"])))
     if alignment:
-        from ..align_view import show_alignment
+        from ..modes.align.view import show_alignment
 
         show_alignment(alignment)
     output.table("recorded fields", ["field", "value"],

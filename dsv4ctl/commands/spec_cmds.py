@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from ..report import output
 from .options import JsonOpt, SpecArg, SpecsArg
 
 
@@ -18,7 +18,7 @@ def validate(specs: SpecsArg,
              = False,
              json: JsonOpt = False) -> None:
     """Check spec files: structure, switches and the report's rules. Exit 1 on any error."""
-    from ..specload import check_files
+    from ..spec.load import check_files
 
     files = check_files(specs)
     preflights = _preflight(files) if cluster else {}
@@ -34,7 +34,7 @@ def validate(specs: SpecsArg,
 
 def _preflight(files) -> dict:
     """sbatch --test-only for every valid point: {(file, point label): Preflight}."""
-    from ..preflight import check, require_sbatch
+    from ..scheduler.preflight import check, require_sbatch
 
     require_sbatch("--cluster")
     return {(str(p.source), _label(p.point)): check(p.spec) for f in files if f.unreadable is None
@@ -92,8 +92,8 @@ def render(spec: SpecArg,
                help="runtime/ as the compute node sees it [default: this installation's runtime/].")] = None) -> None:
     """Render the Slurm job script of a spec (one matrix point)."""
     from ..paths import runtime_dir as default_runtime
-    from ..render import render_script, write_run_files
-    from ..specload import select_point
+    from ..spec.render import render_script, write_run_files
+    from ..spec.load import select_point
 
     chosen = select_point(spec, point)
     runtime = runtime_dir or str(default_runtime())
@@ -109,7 +109,7 @@ def render(spec: SpecArg,
 
 def expand(spec: SpecArg, json: JsonOpt = False) -> None:
     """List the matrix points of a spec: one job (times repeats) each."""
-    from ..specload import load_spec
+    from ..spec.load import load_spec
 
     points = load_spec(spec)
     if json:
@@ -126,7 +126,7 @@ def expand(spec: SpecArg, json: JsonOpt = False) -> None:
 
 def switches(json: JsonOpt = False) -> None:
     """List the known environment switches with type, default (the report's stable set) and meaning."""
-    from ..switches import SWITCHES
+    from ..spec.switches import SWITCHES
 
     if json:
         output.emit_json([{"name": s.name, "kind": s.kind, "default": s.default, "role": s.role,

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from ..report import output
 from .options import DbOpt, JsonOpt, at_least
 
 LogOpt = Annotated[Optional[Path], typer.Option("--log", help="Raw job log (the probe's output).", exists=True,
@@ -58,9 +58,9 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
             ignore_eos=ignore_eos, requests=requests, mode=mode)))
     perf = None
     if job is not None:
-        from ..perf import stored_check
-        from ..store import open_store
-        from ..watch import rejudge
+        from ..analysis.perf import stored_check
+        from ..store.core import open_store
+        from ..campaign.watch import rejudge
 
         result, log = rejudge(job, db)
         store = open_store(db, announce=False, must_exist=True)
@@ -71,13 +71,13 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
     if json:
         output.emit_json({**result.to_json(), "perf": perf} if job is not None else result.to_json())
     else:
-        from ..verdict_view import show_verdict
+        from ..report.verdict_view import show_verdict
 
         show_verdict(result, log, bos_id=bos_id)
         for failure in (perf or {}).get("failures", []):
             output.warn(f"performance: {failure['message']} ({perf['source']})")
     if result.passed and perf and not perf["within"]:
-        from ..perf import EXIT_OUTSIDE_REFERENCE
+        from ..analysis.perf import EXIT_OUTSIDE_REFERENCE
 
         raise typer.Exit(EXIT_OUTSIDE_REFERENCE)
     raise typer.Exit(0 if result.passed else 1)
@@ -87,7 +87,7 @@ def _judge_log(log: Path, sacct: Path | None, mode: str | None, *, job_id: str |
                max_repeat_run: int, max_tokens: int | None, ignore_eos: bool | None, requests: int | None):
     """A log on disk judged by its mode (modes.judge_log), as `ingest` and `verdict RUN` judge it (issue 29)."""
     from ..judge.rules import VerdictOptions
-    from ..modes import judge_log
+    from ..modes.registry import judge_log
 
     options = VerdictOptions(bos_id=bos_id, max_repeat_run=max_repeat_run, expected_tokens=max_tokens,
                              ignore_eos=ignore_eos, expected_requests=requests)
@@ -138,14 +138,14 @@ def _git_bisect_code(job: str | None, log: Path | None, sacct: Path | None, db: 
     GIT_BISECT_ABORT (128) when the command itself cannot work: no such run or database, a usage error, a run
     still in flight. git bisect stops on codes above 127, where 125 would skip every commit on a typo (issue 26
     M6)."""
-    from ..bisect_rates import GIT_BISECT_EXIT, run_outcome
+    from ..bisect.rates import GIT_BISECT_EXIT, run_outcome
     from ..errors import Dsv4Error, UsageError
-    from ..store import RunNotFound, StoreError
-    from ..inflight import RunInFlight
+    from ..store.core import RunNotFound, StoreError
+    from ..campaign.inflight import RunInFlight
 
     try:
         if job is not None:
-            from ..watch import rejudge
+            from ..campaign.watch import rejudge
 
             result, log = rejudge(job, db)
         else:

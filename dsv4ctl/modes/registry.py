@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import LogError, UsageError
+from ..errors import LogError, UsageError
 
 if TYPE_CHECKING:
-    from .judge.rules import Verdict, VerdictOptions
-    from .judge.sacct import SchedulerSummary
-    from .judge.scan import LogFacts
+    from ..judge.rules import Verdict, VerdictOptions
+    from ..judge.sacct import SchedulerSummary
+    from ..judge.scan import LogFacts
 
 MODES = ("offline", "serve", "align")
 SERVE_STAGES = ("serve start", "serve stop")
@@ -56,10 +56,10 @@ def judge_facts(facts: LogFacts, scheduler: SchedulerSummary | None, mode: str, 
                 run_dir: Path, options: VerdictOptions) -> Verdict:
     """The one dispatch on the mode: serve runs joined with the serve files in `run_dir`, the others by the rules
     (an align run's capture is folded in by the caller, which knows the reference)."""
-    from .judge.rules import judge
+    from ..judge.rules import judge
 
     if mode == "serve":
-        from .judge.serve_files import judge_serve_run
+        from ..judge.serve_files import judge_serve_run
 
         return judge_serve_run(facts, scheduler, snapshot, run_dir)
     return judge(facts, scheduler, options)
@@ -69,8 +69,8 @@ def align_settings(log: Path, facts: LogFacts) -> dict[str, Any]:
     """The align settings a log without a spec was captured with: its spec.json beside it (a run directory) when
     that is an align spec, else the defaults; the reference the log itself names (a `hf` capture lies beside it,
     `run:X` was a run of the database it was submitted to)."""
-    from .render import SNAPSHOT_NAME
-    from .spec import AlignSpec
+    from ..spec.render import SNAPSHOT_NAME
+    from ..spec.models import AlignSpec
 
     settings = AlignSpec().model_dump(mode="json")
     try:
@@ -112,10 +112,10 @@ def judge_log(log: Path, sacct: Path | None = None, *, job_id: str | None = None
               options: VerdictOptions | None = None, facts: LogFacts | None = None) -> LogJudgement:
     """A log on disk (and its sacct text) judged by its mode: for an align log, compared with the capture beside
     it. `verdict --log` and `ingest` both; `verdict RUN` of the ingested run judges the same way."""
-    from .align import ALIGN_DIR, alignment_in, fold
-    from .judge.files import _summary
-    from .judge.rules import VerdictOptions
-    from .judge.scan import parse_file
+    from .align.result import ALIGN_DIR, alignment_in, fold
+    from ..judge.files import _summary
+    from ..judge.rules import VerdictOptions
+    from ..judge.scan import parse_file
 
     options = options or VerdictOptions()
     if facts is None:

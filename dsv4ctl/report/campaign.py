@@ -15,13 +15,13 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import stats
-from .store import Store
-from .sides import ab_sides  # noqa: F401 - the A/B sides, chosen as `compare --campaign` chooses them
-from .sweep import SweepSummary, summarise_campaign
+from ..analysis import stats
+from ..store.core import Store
+from ..analysis.sides import ab_sides  # noqa: F401 - the A/B sides, chosen as `compare --campaign` chooses them
+from ..campaign.sweep import SweepSummary, summarise_campaign
 
 if TYPE_CHECKING:
-    from .compare import Comparison
+    from ..analysis.compare import Comparison
 
 # Provenance a run may carry; the versions only once the store records them (see `compare.PROVENANCE_COLUMNS`).
 PROVENANCE = (("git sha", "git_sha"), ("dsv4ctl", "dsv4ctl_version"), ("node", "node"), ("vLLM", "vllm_version"),
@@ -91,13 +91,13 @@ def report_data(store: Store, campaign: str, metric: str | None = None) -> Repor
     sides = ab_sides(rows)
     if sides:
         add_comparison(store, data, *sides)
-    from .history import campaign_histories
+    from ..analysis.history import campaign_histories
 
     data.histories = campaign_histories(store, campaign, metric)
-    from .report_align import campaign_alignments
+    from ..modes.align.report import campaign_alignments
 
     data.alignments = campaign_alignments(store, rows)
-    from .report_serve import campaign_serving
+    from ..modes.serve.report import campaign_serving
 
     data.serving = campaign_serving(store, rows)
     return data
@@ -120,8 +120,8 @@ def default_metric(present: list[str]) -> str:
 def check_metric(store: Store, campaign: str, metric: str) -> None:
     """A metric no run of the campaign recorded is a typo, not an empty plot: refused (exit 2) with the metrics
     present, as `compare` and `history` refuse it."""
-    from .errors import UsageError
-    from .history import known_words
+    from ..errors import UsageError
+    from ..analysis.history import known_words
 
     present = recorded_metrics(store, store.runs(campaign=campaign))
     if present and metric not in present:
@@ -138,8 +138,8 @@ def blocker_line(blocker: dict[str, Any]) -> str:
 
 
 def add_comparison(store: Store, data: ReportData, base_rows: list, cand_rows: list) -> None:
-    from .compare import Side, compare_sides, load_rows
-    from .errors import Dsv4Error
+    from ..analysis.compare import Side, compare_sides, load_rows
+    from ..errors import Dsv4Error
 
     def side(rows: list) -> Side:
         return Side(", ".join(dict.fromkeys(r.experiment for r in rows)), load_rows(store, [r.id for r in rows]))
@@ -256,10 +256,10 @@ def svg_strip(groups: list[tuple[str, list[float]]], metric: str, width: int = 6
 
 
 def render_html(data: ReportData) -> str:
-    from .history import sparkline
-    from .render import _environment
-    from .report_align import svg_cosines
-    from .report_serve import best_load_text, svg_curve
+    from ..analysis.history import sparkline
+    from ..spec.render import _environment
+    from ..modes.align.report import svg_cosines
+    from ..modes.serve.report import best_load_text, svg_curve
 
     return _environment().get_template("report.html.j2").render(
         data=data, rates_svg=svg_rates(data.sweep), strip_svg=svg_strip(data.distributions, data.metric),
@@ -300,10 +300,10 @@ def render_markdown(data: ReportData) -> str:
     if data.ab or data.ab_error:
         lines += ["", "## A/B comparison", ""] + markdown_comparison(data)
     lines += markdown_histories(data)
-    from .report_align import markdown_alignments
+    from ..modes.align.report import markdown_alignments
 
     lines += markdown_alignments(data)
-    from .report_serve import markdown_serving
+    from ..modes.serve.report import markdown_serving
 
     lines += markdown_serving(data.serving)
     return "\n".join(lines) + "\n"
@@ -311,7 +311,7 @@ def render_markdown(data: ReportData) -> str:
 
 def markdown_histories(data: ReportData) -> list[str]:
     """Each experiment's metric by commit up to this campaign, with the steps found (dsv4ctl history)."""
-    from .history import sparkline
+    from ..analysis.history import sparkline
 
     lines = []
     for h in data.histories:

@@ -190,7 +190,7 @@ class _LiveStatus:
             self.live.__exit__(*exc)
 
     def update(self, rows: list, verdicts: dict, notes: list[str]) -> None:
-        from .watch import elapsed_of, stage_of
+        from ..campaign.watch import elapsed_of, stage_of
 
         if self.quiet:
             return
@@ -209,7 +209,7 @@ class _LiveStatus:
         from rich.progress_bar import ProgressBar
         from rich.text import Text
 
-        from .units import clock
+        from ..units import clock
 
         cells = []
         for r in rows:

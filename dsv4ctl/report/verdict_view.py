@@ -6,7 +6,7 @@ from itertools import islice
 from pathlib import Path
 
 from . import output
-from .judge.rules import Verdict
+from ..judge.rules import Verdict
 
 MAX_ROWS = 40  # past this many requests, the table lists only the bad ones
 _STATUS_STYLE = {"coherent": "bold green", "degenerate": "bold yellow", "incomplete": "bold yellow"}
@@ -58,7 +58,7 @@ def unlined_blocker(v: Verdict) -> str:
         state = str(sched.get("state") or (b.message.split() or ["stopped"])[0]).lower()
         if not sched.get("elapsed_s"):
             return f"{state} before start (scheduler)"
-        from .units import clock
+        from ..units import clock
 
         return f"{state} after {clock(sched['elapsed_s'])}, before the job wrote a line (scheduler)"
     kind = f"{b.family}: {b.kind}" if b.family else b.kind
@@ -110,7 +110,7 @@ def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
     ev = v.evidence
     facts = [f"{k}={ev[k]}" for k in ("expert_dtype", "moe_backend", "kv_format", "kv_cache_tokens",
                                        "model_load_gib") if ev.get(k) is not None]
-    from .judge.serving import is_serve_summary
+    from ..judge.serving import is_serve_summary
 
     serve_run = is_serve_summary(v.metrics)
     if v.metrics and not serve_run:
@@ -142,7 +142,7 @@ CONCURRENCY_NOTE = ("max_concurrent_requests: vLLM's peak over one-second bucket
 
 def show_metrics(metrics: dict[str, float]) -> None:
     """A run's stored metrics; a serve run's as vllm bench serve prints them (latencies in a table)."""
-    from .judge.serving import COUNTS, is_serve_summary, latency_table, summary_names
+    from ..judge.serving import COUNTS, is_serve_summary, latency_table, summary_names
 
     rest = dict(metrics)
     if is_serve_summary(metrics):

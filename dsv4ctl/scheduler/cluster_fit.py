@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # a leaf: the scheduler imports it, so it must not import the spec back
-    from .spec import SlurmSpec
+    from ..spec.models import SlurmSpec
 
 # sinfo's fields, one line per group of like nodes: partition (default marked *), CPUs, memory (MB), GRES,
 # time limit, node count, availability.

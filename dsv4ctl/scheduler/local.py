@@ -1,4 +1,4 @@
-"""The local backend: the same rendered script, run by bash on this machine through `dsv4ctl.localrun`."""
+"""The local backend: the same rendered script, run by bash on this machine through `dsv4ctl.scheduler.localrun`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..localprocs import kill_job
-from ..localrun import process_start, py_exit_of, read_pid_file, read_state, write_pid_file
+from .localprocs import kill_job
+from .localrun import process_start, py_exit_of, read_pid_file, read_state, write_pid_file
 from . import JobRef, JobStatus, SubmitError
 
 
@@ -31,14 +31,14 @@ def _alive(pid: int | None) -> bool:
 
 
 def _is_wrapper_of(pid: int, run_dir: Path) -> bool:
-    """pid is this run's wrapper still (`python -m dsv4ctl.localrun RUN_DIR ...`), not a process that got its pid."""
+    """pid is this run's wrapper still (`python -m dsv4ctl.scheduler.localrun RUN_DIR ...`), not a process that got its pid."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
     except OSError:
         return False
     named = {os.fsencode(str(run_dir)), os.fsencode(str(Path(run_dir).resolve()))}
-    return b"dsv4ctl.localrun" in argv and bool(named & set(argv))
+    return b"dsv4ctl.scheduler.localrun" in argv and bool(named & set(argv))
 
 
 def _wrapper_pid(job_id: str) -> int | None:
@@ -80,7 +80,7 @@ class LocalScheduler:
         try:
             with open(run_dir / "local-wrapper.log", "ab") as log:
                 # Its own session: the job survives the CLI exiting, and a ^C in the terminal.
-                proc = subprocess.Popen([sys.executable, "-m", "dsv4ctl.localrun", str(run_dir), script.name, token],
+                proc = subprocess.Popen([sys.executable, "-m", "dsv4ctl.scheduler.localrun", str(run_dir), script.name, token],
                                         cwd=run_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True, close_fds=True)
         except OSError as exc:

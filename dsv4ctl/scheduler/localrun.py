@@ -1,4 +1,4 @@
-"""The local backend's job wrapper: `python -m dsv4ctl.localrun RUN_DIR SCRIPT [TOKEN]`.
+"""The local backend's job wrapper: `python -m dsv4ctl.scheduler.localrun RUN_DIR SCRIPT [TOKEN]`.
 
 Waits for the job's CPUs from the pool local jobs share (PENDING meanwhile; localprocs.py), then runs the rendered
 script with bash in its own process group, in its own session (it outlives the CLI), every process of it marked

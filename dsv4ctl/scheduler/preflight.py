@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import external
+from .. import external
 from .cluster_fit import Refusal, refusals
-from .errors import Dsv4Error
-from .paths import runtime_dir
-from .render import write_run_files
-from .spec import ExperimentSpec
+from ..errors import Dsv4Error
+from ..paths import runtime_dir
+from ..spec.render import write_run_files
+from ..spec.models import ExperimentSpec
 
 if TYPE_CHECKING:
-    from .campaign import PlannedRun
+    from ..campaign.plan import PlannedRun
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Preflight:
 def check(spec: ExperimentSpec) -> Preflight:
     """Render the spec's job script into a scratch folder and let sbatch judge it (nothing is submitted); when it
     refuses, name the resources the partition's nodes lack (sinfo)."""
-    from .scheduler.slurm import SlurmScheduler
+    from .slurm import SlurmScheduler
 
     scheduler = SlurmScheduler()
     with tempfile.TemporaryDirectory(prefix="dsv4ctl-preflight-") as scratch:

@@ -7,8 +7,15 @@ import re
 from pathlib import Path
 
 from .. import external
-from ..judge.sacct import (DEFAULT_COLUMNS, SACCT_FORMAT, SacctParseError, parse_elapsed, parse_exit_code,
-                           parse_sacct, summarise)
+from ..judge.sacct import (
+    DEFAULT_COLUMNS,
+    SACCT_FORMAT,
+    SacctParseError,
+    parse_elapsed,
+    parse_exit_code,
+    parse_sacct,
+    summarise,
+)
 from ..judge.states import FINAL, normalise
 from . import JobRef, JobStatus, SubmitError
 
@@ -51,7 +58,7 @@ class SlurmScheduler:
     def node_groups(self) -> list:
         """The partitions' node groups as sinfo reports them (CPUs, memory, GRES, time limit, node count); empty
         when sinfo fails: a pre-flight then names no resource, and sbatch's own words stand."""
-        from ..cluster_fit import SINFO_FORMAT, parse_sinfo
+        from .cluster_fit import SINFO_FORMAT, parse_sinfo
 
         result = external.run(["sinfo", "--noheader", "-o", SINFO_FORMAT], timeout=30)
         return parse_sinfo(result.stdout) if result.ok else []

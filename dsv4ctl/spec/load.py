@@ -16,12 +16,18 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from .errors import SpecError
+from ..errors import SpecError
 from .findings import Finding, Location
-from .limits import (MAX_ALIAS_NODES, MAX_EXTENDS_DEPTH, MAX_MATRIX_POINTS, MAX_RUNS_PER_SPEC, MAX_SPEC_BYTES,
-                     MAX_YAML_DEPTH)
-from .spec import ExperimentSpec
-from .spec_findings import point_finding, structural_findings, structural_message  # noqa: F401
+from ..limits import (
+    MAX_ALIAS_NODES,
+    MAX_EXTENDS_DEPTH,
+    MAX_MATRIX_POINTS,
+    MAX_RUNS_PER_SPEC,
+    MAX_SPEC_BYTES,
+    MAX_YAML_DEPTH,
+)
+from .models import ExperimentSpec
+from .wording import point_finding, structural_findings, structural_message  # noqa: F401
 
 FieldPath = tuple[Any, ...]
 
@@ -311,7 +317,7 @@ def resolve_relative_paths(doc: Document) -> None:
 def apply_site_defaults(doc: Document) -> None:
     """What the project config (dsv4ctl.toml) sets and the spec does not: partition, account, qos, venv, modules,
     and a relative model path taken under the site's model root."""
-    from .config import load_config, site_defaults
+    from ..config import load_config, site_defaults
 
     config = load_config()
     for section, values in site_defaults(config).items():
@@ -382,7 +388,7 @@ def _validate_point(doc: Document, source: Path, point: dict[str, Any]) -> Loade
         found = [(path, Finding(severity, dotted(path), message))
                  for path, severity, message in structural_findings(exc.errors(include_url=False), data)]
     if spec is not None:
-        from .perf import perf_findings
+        from ..analysis.perf import perf_findings
 
         found = [(tuple(int(p) if p.isdigit() else p for p in f.path.split(".")), f)
                  for f in [*check_spec(spec), *perf_findings(spec)]]
@@ -424,7 +430,7 @@ def check_files(paths: list[Path]) -> list[SpecFile]:
 
 def select_point(path: Path, index: int | None) -> ExperimentSpec:
     """The one valid spec of a file's matrix point `index` (required when the file has several points)."""
-    from .errors import SpecInvalid
+    from ..errors import SpecInvalid
 
     points = load_spec(path)
     if index is None:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
-from . import limits
+from .. import limits
 from . import switches as switch_registry
 
 # Names become Slurm job names and directory names: keep them to characters that need no quoting anywhere.
@@ -180,7 +180,7 @@ class PerfBound(_Strict):
 
     @model_validator(mode="after")
     def _one_bound(self) -> "PerfBound":
-        from .perf import parse_tolerance
+        from ..analysis.perf import parse_tolerance
 
         if (self.max is None) == (self.min is None):
             raise ValueError("give exactly one of `max` or `min`")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import jinja2
 
-from .judge import markers
-from .paths import templates_dir
-from .spec import ExperimentSpec
+from ..judge import markers
+from ..paths import templates_dir
+from .models import ExperimentSpec
 
 SCRIPT_NAME = "job.sh"
 SNAPSHOT_NAME = "spec.json"

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 
 from . import switches as registry
 from .findings import Finding
-from .rules_serve import SERVE_RULES
-from .spec import ExperimentSpec
+from ..modes.serve.rules import SERVE_RULES
+from .models import ExperimentSpec
 
 Rule = Callable[[ExperimentSpec], Iterator[Finding]]
 

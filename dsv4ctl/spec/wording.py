@@ -51,7 +51,7 @@ def known_keys(path: FieldPath) -> list[str]:
 
     from pydantic import BaseModel
 
-    from .spec import ExperimentSpec
+    from .models import ExperimentSpec
 
     types: list[Any] = [ExperimentSpec]
     for part in path:
@@ -104,7 +104,7 @@ def structural_message(err: dict[str, Any], path: FieldPath = ()) -> str:
     """pydantic's message, reworded where a user needs the value and the bound (`repeats: 100000000 is above the
     maximum 10000`, not `Input should be less than or equal to 10000`) and in plain words everywhere else
     (`'2 hours' is not a Slurm time`, not the pattern); an unknown key gets the closest known one."""
-    from .spec import PATTERN_WORDS
+    from .models import PATTERN_WORDS
 
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     if kind == "extra_forbidden":

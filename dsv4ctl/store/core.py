@@ -21,13 +21,13 @@ from typing import Any
 import sqlite_utils
 
 from .dbfile import BUSY_TIMEOUT_S, StoreError, connect, set_wal, writable  # noqa: F401 - re-exported
-from .errors import Dsv4Error, UsageError
+from ..errors import Dsv4Error, UsageError
 
 DEFAULT_DB = "results.db"
 LATEST = "latest"  # accepted wherever a run or a campaign is named: the newest one
 
 # Run states: the one list (judge/states.py); dsv4ctl's own words re-exported for the modules that set them.
-from .judge.states import FINAL, LOST, PLANNED, SUBMIT_FAILED, SUBMITTING, UNKNOWN  # noqa: F401, E402
+from ..judge.states import FINAL, LOST, PLANNED, SUBMIT_FAILED, SUBMITTING, UNKNOWN  # noqa: F401, E402
 # Not waiting on the scheduler: never submitted, refused, or lost. Every other non-final word is followed.
 NOT_WAITING = (PLANNED, SUBMIT_FAILED, LOST)
 
@@ -530,8 +530,8 @@ class Store:
                      alignment: dict[str, Any] | None = None) -> None:
         """Store a verdict with its metrics, the software versions its log names (`versions`, by column: a version
         the log no longer names keeps what was recorded) and, for an align run, its alignment."""
-        from .align import record_alignment
-        from .versions import VERSION_COLUMNS
+        from ..modes.align.result import record_alignment
+        from ..versions import VERSION_COLUMNS
 
         blocker = verdict.get("first_blocker") or {}
         with self.transaction():
@@ -558,7 +558,7 @@ class Store:
             rows = [row for row in rows if row["value"] is not None]
             if rows:
                 self.db["metrics"].insert_all(rows, pk=("run_id", "name"), replace=True)
-            from .perf import record_check
+            from ..analysis.perf import record_check
 
             record_check(self, run_id, bool(verdict["passed"]), {row["name"]: row["value"] for row in rows})
 
@@ -586,7 +586,7 @@ class Store:
 
 def known_state(state: str) -> str:
     """A scheduler state as stored (any case); UsageError listing the known ones otherwise."""
-    from .judge.states import ACTIVE, OWN
+    from ..judge.states import ACTIVE, OWN
 
     known = sorted(FINAL | ACTIVE | OWN | {"INGESTED"})
     word = state.strip().upper()
@@ -597,7 +597,7 @@ def known_state(state: str) -> str:
 
 def known_status(status: str) -> str:
     """A verdict status (any case); UsageError listing the known ones otherwise."""
-    from .judge.rules import STATUSES
+    from ..judge.rules import STATUSES
 
     word = status.strip().lower()
     if word not in STATUSES:
@@ -632,7 +632,7 @@ def open_store(path: str | os.PathLike[str] | None = None, announce: bool = True
     and migrated on first use. Unless it is ./results.db, which one is said on stderr (`announce`). Commands that
     only read pass `must_exist`: in a folder with no database they say so, instead of creating an empty one and
     showing nothing (`cd sub && dsv4ctl runs`)."""
-    from .config import database, database_note
+    from ..config import database, database_note
 
     found = database(path)
     if must_exist and not Path(found.value).exists():
@@ -643,7 +643,7 @@ def open_store(path: str | os.PathLike[str] | None = None, announce: bool = True
         raise error
     note = database_note(found) if announce else None
     if note:
-        from . import output
+        from ..report import output
 
         output.info(note)
     return Store(found.value)

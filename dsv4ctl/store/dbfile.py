@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import Dsv4Error
+from ..errors import Dsv4Error
 
 BUSY_TIMEOUT_S = 60
 

@@ -5,7 +5,7 @@ attention over fp8_ds_mla, attention.py), engine init, `align capture` (per prom
 residual stream after every decoder layer and the final norm through forward hooks installed with
 `LLM.apply_model`, enforce_eager; the greedy continuation with top-k logprobs; the perplexity of a text through
 prompt_logprobs), then for `reference: hf` the same capture from transformers in float32 on CPU, and the compare
-(dsv4ctl/align_compare.py, the code `dsv4ctl` itself runs when it judges the run).
+(dsv4ctl/modes/align/compare.py, the code `dsv4ctl` itself runs when it judges the run).
 
 Files, in the run directory: align/engine.safetensors + engine.json, align/reference.* (reference: hf), and
 align/align.json (the compare). Each prompt keeps its first and last `keep_positions` positions per layer.
@@ -159,7 +159,7 @@ def _shown(value: Any) -> str:
 
 
 def compare_here(spec: dict[str, Any], directory: Path) -> dict[str, Any]:
-    from dsv4ctl.align_compare import compare_dirs
+    from dsv4ctl.modes.registry.align.compare import compare_dirs
 
     result = compare_dirs(directory, "engine", directory, "reference", spec["align"])
     (directory / "align.json").write_text(json.dumps(result, indent=1), encoding="utf-8")

@@ -155,7 +155,7 @@ def compare_captures(engine: Capture, reference: Capture, align: dict[str, Any])
 
 
 def _compare(engine: Capture, reference: Capture, align: dict[str, Any]) -> dict[str, Any]:
-    from .align_rungs import greedy_rung, layer_rungs, logits_rung, lower_rungs, perplexity_rung
+    from .rungs import greedy_rung, layer_rungs, logits_rung, lower_rungs, perplexity_rung
 
     tol = align["tolerances"]
     e_prompts, r_prompts = engine.meta["prompts"], reference.meta["prompts"]

@@ -16,7 +16,7 @@ FLOOR = 1e-12  # 1 - cosine below this is drawn at the floor (float32 round-off)
 
 def campaign_alignments(store: Any, rows: list) -> list[dict[str, Any]]:
     """Each align run of the campaign that has a stored alignment: run, label, experiment, verdict, rungs."""
-    from .align import describe, stored_alignment
+    from .result import describe, stored_alignment
 
     found = []
     for row in rows:
@@ -80,7 +80,7 @@ def svg_cosines(alignment: dict[str, Any], width: int = 640, height: int = 220) 
 
 
 def markdown_alignments(data: Any) -> list[str]:
-    from .report import md
+    from ...report.campaign import md
 
     lines: list[str] = []
     for a in getattr(data, "alignments", []):

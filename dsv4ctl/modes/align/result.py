@@ -22,12 +22,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import Dsv4Error
+from ...errors import Dsv4Error
 
 if TYPE_CHECKING:
-    from .campaign import PlannedRun
-    from .judge.rules import Verdict
-    from .store import RunRow, Store
+    from ...campaign.plan import PlannedRun
+    from ...judge.rules import Verdict
+    from ...store.core import RunRow, Store
 
 ALIGN_DIR = "align"
 BLOCKER_KIND = "align_diverged"
@@ -58,7 +58,7 @@ REFERENCE_ID = re.compile(r"run:([0-9]{1,18})")  # what a submitted spec holds: 
 
 def _reference_row(store: Store, reference: str) -> RunRow:
     """The stored align run `run:ID` names, with a capture; AlignReferenceUnavailable otherwise."""
-    from .store import RunNotFound
+    from ...store.core import RunNotFound
 
     ref = reference.removeprefix("run:")
     try:
@@ -130,7 +130,7 @@ def alignment_in(capture: Path | None, align: dict[str, Any]) -> dict[str, Any]:
     """The alignment of a capture directory judged without its database (an ingested run, `verdict --log`): against
     the `hf` capture beside it; a stored run named as the reference is of the database the job was submitted to,
     so nothing is compared (never passed)."""
-    from .align_compare import compare_dirs, not_compared
+    from .compare import compare_dirs, not_compared
 
     if capture is None:
         result = not_compared("the run has no log path, so no capture directory")
@@ -144,7 +144,7 @@ def alignment_in(capture: Path | None, align: dict[str, Any]) -> dict[str, Any]:
 
 def alignment_for(store: Store, run_id: int) -> dict[str, Any] | None:
     """The alignment result of a run (None unless its spec is mode: align), from its capture files."""
-    from .align_compare import compare_dirs, not_compared
+    from .compare import compare_dirs, not_compared
 
     row = store.find_run(str(run_id))
     snapshot = json.loads(store.spec_json(row.experiment_id))
@@ -234,7 +234,7 @@ def _line_of(log: str | None, verdict: dict[str, Any], rung: str | None) -> int:
 
 def record_alignment(store: Store, run_id: int, result: dict[str, Any]) -> None:
     """The result and its rungs, replacing what an earlier judgement recorded (inside the caller's transaction)."""
-    from .store import bindable, now
+    from ...store.core import bindable, now
 
     first = result.get("first") or {}
     store.db["alignments"].upsert({
@@ -253,7 +253,7 @@ def fold(verdict: Verdict, result: dict[str, Any] | None, log: str | None) -> Ve
     """The verdict with an alignment that is not `aligned` folded in (apply_alignment on the Verdict object)."""
     from dataclasses import replace
 
-    from .judge.rules import Blocker
+    from ...judge.rules import Blocker
 
     if result is None or result.get("aligned"):
         return verdict

@@ -7,11 +7,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .judge.tokens import close_by_logprobs, first_divergence
+from ...judge.tokens import close_by_logprobs, first_divergence
 
 
 def _error(message: str) -> Exception:
-    from .align_compare import CaptureError
+    from .compare import CaptureError
 
     return CaptureError(message)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import output
+from ...report import output
 
 
 def _num(value: Any, digits: int = 6) -> str:
@@ -34,7 +34,7 @@ def rung_detail(rung: dict[str, Any]) -> str:
 
 
 def show_alignment(result: dict[str, Any]) -> None:
-    from .align import describe
+    from .result import describe
 
     style = "bold green" if result.get("aligned") else "bold red"
     output.text("")

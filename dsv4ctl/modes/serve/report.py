@@ -17,7 +17,7 @@ import math
 import re
 from typing import Any
 
-from . import stats
+from ...analysis import stats
 
 AXES = ("load.request_rate", "load.max_concurrency")
 Y_METRICS = ("p95_ttft_ms", "p99_ttft_ms", "p95_e2el_ms", "p99_e2el_ms")

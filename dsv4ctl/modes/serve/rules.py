@@ -11,8 +11,8 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from .findings import Finding
-from .spec import ExperimentSpec
+from ...spec.findings import Finding
+from ...spec.models import ExperimentSpec
 
 JSONL_BYTES_CHECKED = 256 << 20  # every line of a dataset file up to this size is checked (100k lines: ~0.3 s)
 JOB_FLAGS = ("--port", "--host", "--model")  # the job sets these itself (runtime/dsv4rt/server.py)
@@ -86,7 +86,7 @@ def _vocab_size(spec: ExperimentSpec) -> int | None:
 
 
 def _line_problem(line: str, default_max_tokens: int, max_model_len: int, vocab: int | None) -> str | None:
-    from .judge.serve_rows import row_max_tokens, row_problem
+    from ...judge.serve_rows import row_max_tokens, row_problem
 
     try:
         row = json.loads(line)
@@ -136,7 +136,7 @@ def job_flags_not_in_args(spec: ExperimentSpec) -> Iterator[Finding]:
 
 def load_fits_the_time_limit(spec: ExperimentSpec) -> Iterator[Finding]:
     """A load that cannot end before slurm.time: the job is killed in its load, every time."""
-    from .localrun import slurm_time_s
+    from ...scheduler.localrun import slurm_time_s
 
     load = _serve(spec)
     limit = slurm_time_s(spec.slurm.time)
