@@ -279,13 +279,22 @@ class _Segment:
 
 
 def choose_splits(batch: int, head_blocks: int, tiles: int, programs: int | None = None) -> int:
-    """Split-K: enough programs to fill the device about twice (B = 1 still spreads over many multiprocessors), at
-    least two tiles a split where that still fills it, never more splits than tiles."""
+    """Split-K: enough programs to fill the device about twice (B = 1 still spreads over many multiprocessors),
+    never more splits than tiles, rounded down to a power of two (the H200 sweep's best at every B: 32 / 32 / 8 /
+    4 / 2 splits for B = 1 / 8 / 32 / 64 / 128 at 640 tokens, docs/kernels.md)."""
     if programs is None:
         programs = 2 * _multiprocessors()
     base = batch * head_blocks
-    want = -(-programs // max(base, 1))
-    return max(1, min(want, tiles))
+    want = max(1, min(-(-programs // max(base, 1)), tiles))
+    return 1 << (want.bit_length() - 1)
+
+
+def choose_block_n(batch: int, head_blocks: int, width: int, programs: int | None = None) -> int:
+    """Tokens a tile: 16 while 32-token tiles, one a program, could not fill the device twice over (small B: more,
+    shorter splits), else 32 (fewer, fuller tiles)."""
+    if programs is None:
+        programs = 2 * _multiprocessors()
+    return 16 if batch * head_blocks * triton.cdiv(max(width, 1), 32) < programs else 32
 
 
 def _interpreted() -> bool:
@@ -305,7 +314,7 @@ def sparse_mla_decode(q: torch.Tensor, cache: torch.Tensor, indices: torch.Tenso
                       fnuz: bool = False, extra_fnuz: bool = False, lengths: torch.Tensor | None = None,
                       extra_lengths: torch.Tensor | None = None, indptr: torch.Tensor | None = None,
                       extra_indptr: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                      lse: torch.Tensor | None = None, num_splits: int | None = None, block_n: int = 32,
+                      lse: torch.Tensor | None = None, num_splits: int | None = None, block_n: int | None = None,
                       num_warps: int | None = None, num_stages: int | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused decode (see the module docstring). q [B, H, 512] (448 NoPE + 64 RoPE); `indices` [B, K] int32
@@ -317,7 +326,7 @@ def sparse_mla_decode(q: torch.Tensor, cache: torch.Tensor, indices: torch.Tenso
         raise ValueError(f"q must be [B, H, {LATENT}] with unit last stride, got {tuple(q.shape)}")
     if block_size is not None and block_size != cache.shape[1]:
         raise ValueError(f"block_size {block_size} disagrees with the cache view's {cache.shape[1]} tokens a block")
-    if block_n not in (16, 32):  # 16 is tl.dot's least; at 64 the tile needs more shared memory than an H200 has
+    if block_n not in (None, 16, 32):  # 16 is tl.dot's least; at 64 the tile needs more shared memory than an H200 has
         raise ValueError(f"block_n must be 16 or 32 (got {block_n})")
     batch, heads, _ = q.shape
     main = _Segment(cache, indices, lengths, indptr, batch, fnuz, "cache")
@@ -337,12 +346,16 @@ def sparse_mla_decode(q: torch.Tensor, cache: torch.Tensor, indices: torch.Tenso
         return out, lse
     block_h = max(16, min(triton.next_power_of_2(heads), MAX_HEADS_PER_PROGRAM))
     head_blocks = triton.cdiv(heads, block_h)
+    # Tiles per query from the index widths alone (no device sync): an upper bound for ragged rows.
+    width = main.width + extra.width
+    if block_n is None:
+        block_n = choose_block_n(batch, head_blocks, width)
     if num_splits is None:
-        # Tiles per query from the index widths alone (no device sync): an upper bound for ragged rows.
-        width = main.width + extra.width
         num_splits = choose_splits(batch, head_blocks, max(1, triton.cdiv(width, block_n)))
     if num_warps is None:
         num_warps = 4 if block_h <= 16 else 8
+    if num_stages is None:  # no software pipelining: its buffers cost the shared memory a second program needs
+        num_stages = 1
     sink = attn_sink if attn_sink is not None else lse  # any pointer: not read without HAS_SINK
     direct = num_splits == 1
     part_ml = part_acc = out  # unused when direct
@@ -357,7 +370,7 @@ def sparse_mla_decode(q: torch.Tensor, cache: torch.Tensor, indices: torch.Tenso
                           MAIN_FNUZ=main.fnuz, EXTRA_FNUZ=extra.fnuz, MAIN_ROPE16=main.rope16,
                           EXTRA_ROPE16=extra.rope16, BLOCK_H=block_h,
                           BLOCK_N=block_n, HAS_SINK=attn_sink is not None, DIRECT=direct, INTERPRET=_interpreted(),
-                          num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}))
+                          num_warps=num_warps, num_stages=num_stages)
     if not direct:
         columns = combine_columns(num_splits)
         _combine_kernel[(batch, heads, LATENT // columns)](part_ml, part_acc, sink, out, out.stride(0), out.stride(1),
