@@ -18,6 +18,7 @@ counts the selected tokens' cache bytes (584 each) per second, and its share of 
 
     python3 benchmarks/sparse_decode.py [--heads 8,16,64] [--tokens 128,640,2048] [--batch 1,8,32,64,128]
         [--tune] [--peer vllm-rocm:/path/rocm_aiter_mla_sparse.py] [--json out.json]
+    python3 benchmarks/sparse_decode.py --defaults-from out.json   # no GPU: today's defaults' times in a --tune run
 """
 
 from __future__ import annotations
@@ -303,6 +304,37 @@ def summary(row: dict, copy_gbs: float, peer_names: list[str]) -> str:
     return " ".join(cols)
 
 
+def defaults_from(path: Path, multiprocessors: int) -> int:
+    """No GPU: for each shape of a recorded --tune run, the config today's defaults pick there and its time in
+    that run's sweep (how the defaults are read off a sweep without spending device time on a second run)."""
+    from dsv4rt import sparse_decode
+
+    data = json.loads(path.read_text())
+    programs = 2 * multiprocessors
+    print(f"defaults for {multiprocessors} multiprocessors against {path.name} (copy {data['copy_gbs']:.0f} GB/s)")
+    print("  H     T    B           config  default us  best us  vllm-rocm us  x gather  GB/s  copy%")
+    for row in data["rows"]:
+        sweep = row.get("fused_best", {}).get("sweep")
+        if not sweep:
+            continue
+        heads, width, batch = row["heads"], row["tokens"], row["batch"]
+        block_h = max(16, min(1 << (heads - 1).bit_length(), sparse_decode.MAX_HEADS_PER_PROGRAM))
+        blocks = -(-heads // block_h)
+        block_n = sparse_decode.choose_block_n(batch, blocks, width, programs)
+        splits = sparse_decode.choose_splits(batch, blocks, max(1, -(-width // block_n)), programs)
+        warps = 4 if block_h <= 16 else 8
+        label = f"n{block_n}/w{warps}/s1/S{splits}"
+        us = sweep.get(label)
+        if us is None:
+            print(f"{heads:>3} {width:>5} {batch:>4} {label:>16}  not in the sweep")
+            continue
+        gbs = row["bytes"] / (us / 1e6) / 1e9
+        peer = row.get("vllm-rocm", {}).get("gpu_us", float("nan"))
+        print(f"{heads:>3} {width:>5} {batch:>4} {label:>16} {us:>11.1f} {row['fused_best']['gpu_us']:>8.1f} "
+              f"{peer:>13.1f} {row['gather']['gpu_us'] / us:>8.2f}x {gbs:>5.0f} {gbs / data['copy_gbs']:>5.0%}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--heads", type=_ints, default=[8, 16, 64])
@@ -311,7 +343,11 @@ def main() -> int:
     parser.add_argument("--peer", action="append", default=[])
     parser.add_argument("--tune", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--defaults-from", type=Path, help="a --tune run's --json: the current defaults' times in it")
+    parser.add_argument("--multiprocessors", type=int, default=132, help="with --defaults-from (H200: 132)")
     args = parser.parse_args()
+    if args.defaults_from:
+        return defaults_from(args.defaults_from, args.multiprocessors)
     if not torch.cuda.is_available():
         print("no GPU: this benchmark needs one")
         return 2
