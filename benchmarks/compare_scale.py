@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from dsv4ctl.analysis.compare import compare  # noqa: E402
 from dsv4ctl.spec.load import load_spec  # noqa: E402
-from dsv4ctl.store.core import open_store  # noqa: E402
+from dsv4ctl.store import open_store  # noqa: E402
 
 
 def fill(store, spec_file: str, centre: float, n: int, rng: random.Random) -> None:

@@ -343,7 +343,7 @@ def test_a_relative_perplexity_file_is_relative_to_the_spec_file(tmp_path):
 def test_verdict_of_a_stored_diverged_run_names_the_layer_and_fails(cli, tmp_path, probe_said):
     """`dsv4ctl verdict RUN` judges the capture too, with the rung as first blocker, whether the log looks coherent
     or the probe already said DIVERGED (regression: that case lost the blocker)."""
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     run_dir = tmp_path / "run"
     (run_dir / "align").mkdir(parents=True)

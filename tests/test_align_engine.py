@@ -12,7 +12,7 @@ import pytest
 
 from dsv4ctl.modes.align.result import AlignReferenceUnavailable, stored_alignment
 from dsv4ctl.campaign.plan import submit
-from dsv4ctl.store.core import open_store
+from dsv4ctl.store import open_store
 from dsv4ctl.campaign.watch import watch
 
 from .conftest import EXPERIMENTS, ROOT
@@ -162,7 +162,7 @@ def test_run_latest_is_fixed_at_submit_and_a_perturbed_run_is_compared_with_it(a
     # judged again once other runs are newer: still run `latest.id`, still diverged
     from dsv4ctl.campaign.watch import rejudge
 
-    again, _ = rejudge(str(row.id), str(store.path))
+    again, _ = rejudge(str(row.id), store)
     assert not again.passed and again.first_blocker.message.startswith("diverged at layer 1")
     align_campaign["latest_run"] = row
 

@@ -290,7 +290,7 @@ def test_a_good_that_fails_as_often_as_bad_stops_after_the_base_runs_and_is_stor
     import json
 
     from dsv4ctl.cli import main
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     good, bad = replay_pair(tmp_path, "batch>=1:1.0", {"K1": "1", "K2": "1"})  # every run fails, GOOD's too
     done = run_bisect(tmp_path, good, bad, "--base-runs", "5", "--yes", "--json")
@@ -335,7 +335,7 @@ def test_a_bisection_held_by_another_process_is_refused_with_its_pid(tmp_path):
     import os
 
     from dsv4ctl.bisect.run import running
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     good, bad = replay_pair(tmp_path, "batch>=1:1.0", {"K1": "1"})
     first = run_bisect(tmp_path, good, bad, "--yes")  # creates bisection 1 (nothing to bisect, finished)
@@ -373,7 +373,7 @@ def test_two_processes_on_one_bisection_never_submit_a_round_twice(tmp_path):
 
 def test_unknown_bisections_exit_2(tmp_path, capsys):
     from dsv4ctl.cli import main
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     open_store(tmp_path / "r.db")
     for argv in (["bisect-report", "999"], ["bisect", "--resume", "999", "--yes"]):

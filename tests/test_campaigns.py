@@ -87,7 +87,7 @@ def test_report_escapes_what_runs_printed(tmp_path, cli):
     bad.write_text((LOGS / "J12.log").read_text().replace("got auto", "got <script>alert(1)</script>"))
     cli("ingest", "--log", bad, "--experiment", "escape-test", "--db", db)
     from dsv4ctl.report.campaign import render_html, report_data
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     store = open_store(db)
     store.db.execute("INSERT INTO campaigns (name, backend, command, created_at) VALUES ('c', 'ingest', 'x', 'now')")
@@ -97,7 +97,7 @@ def test_report_escapes_what_runs_printed(tmp_path, cli):
 
 
 def test_report_json_holds_what_the_page_shows(tmp_path, cli):
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     db = str(tmp_path / "r.db")
     for job in ("J08", "J17"):
@@ -132,7 +132,7 @@ def test_report_json_holds_what_the_page_shows(tmp_path, cli):
 def test_report_json_of_an_ab_campaign_has_the_decision_and_provenance(tmp_path, cli):
     import random
 
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     from .test_compare import ab_campaign, sample
 
@@ -194,7 +194,7 @@ def test_the_cpu_regression_suite_passes_on_the_real_engine(tmp_path):
 
 
 def _campaign_of_ingested(cli, db, name: str = "c") -> None:
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     for job in ("J08", "J17"):
         cli("ingest", "--log", LOGS / f"{job}.log", "--sacct", LOGS / f"{job}.sacct", "--experiment", "report",
@@ -217,7 +217,7 @@ def test_report_of_an_unknown_metric_exits_2_with_the_metrics_present(tmp_path, 
 
 
 def test_a_serve_sweep_report_defaults_to_a_serve_metric_and_is_no_ab(tmp_path, cli):
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     from .test_serving_sweep import add_serve_run, sweep_spec
 
@@ -238,7 +238,7 @@ def test_a_serve_sweep_report_defaults_to_a_serve_metric_and_is_no_ab(tmp_path, 
 def test_markdown_holds_plain_comparison_signs_not_html_entities(tmp_path, cli):
     import random
 
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     from .test_compare import add_side, sample
 

@@ -9,7 +9,7 @@ import pytest
 
 from dsv4ctl.analysis.compare import compare
 from dsv4ctl.spec.load import load_spec
-from dsv4ctl.store.core import open_store
+from dsv4ctl.store import open_store
 
 from .conftest import EXPERIMENTS
 

@@ -9,7 +9,7 @@ import pytest
 
 from dsv4ctl.report import output
 from dsv4ctl.cli import main
-from dsv4ctl.store.core import open_store
+from dsv4ctl.store import open_store
 
 from .conftest import FIXTURES
 from .test_compare import add_side, sample

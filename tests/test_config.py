@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4ctl.store.core import open_store
+from dsv4ctl.store import open_store
 
 from dsv4ctl.config import ConfigError, load_config, parse_config, resolve
 

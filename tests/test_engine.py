@@ -16,7 +16,7 @@ import pytest
 
 from dsv4ctl.campaign.plan import submit
 from dsv4ctl.judge.files import judge_files
-from dsv4ctl.store.core import open_store
+from dsv4ctl.store import open_store
 from dsv4ctl.judge.rules import VerdictOptions
 from dsv4ctl.campaign.watch import watch
 

@@ -113,7 +113,7 @@ def test_json_error_of_another_failure_has_no_findings_key(tmp_path):
 
 def test_sweep_of_a_spec_with_no_matrix_is_refused_and_submits_nothing(write_spec, tmp_path):
     from dsv4ctl.commands.campaign_cmds import _require_matrix
-    from dsv4ctl.store.core import Store
+    from dsv4ctl.store import Store
 
     path = write_spec(BASE_SPEC, "plain.yaml")
     db = tmp_path / "r.db"
@@ -167,7 +167,7 @@ def test_verdict_of_a_slurm_run_cancelled_while_pending(cluster, tmp_path):  # n
     """A job held back by --begin, cancelled before it ever ran, judged by the watcher, then `verdict RUN`."""
     from dsv4ctl import external
     from dsv4ctl.campaign.plan import submit
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
     from dsv4ctl.campaign.watch import poll_once
 
     from .test_slurm import spec_file

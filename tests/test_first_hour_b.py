@@ -14,7 +14,7 @@ import time
 import pytest
 
 from dsv4ctl import external
-from dsv4ctl.store.core import open_store
+from dsv4ctl.store import open_store
 
 from .conftest import FIXTURES
 
@@ -261,7 +261,7 @@ def test_verdict_says_when_the_sacct_record_is_another_job(tmp_path):
 
 
 def test_automatic_labels_never_collide_with_chosen_ones(tmp_path):
-    from dsv4ctl.store.core import LabelTaken, Store
+    from dsv4ctl.store import LabelTaken, Store
     from dsv4ctl.errors import UsageError
 
     store = Store(tmp_path / "r.db")

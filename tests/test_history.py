@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+from dsv4ctl.campaign.verdicts import record_verdict
 from dsv4ctl.analysis.history import (
     FALSE_POSITIVE_BOUND,
     Sample,
@@ -76,7 +77,7 @@ def test_a_campaign_report_shows_each_experiment_history_up_to_that_campaign(tmp
 
     from dsv4ctl.judge.files import judge_files
     from dsv4ctl.report.campaign import render_html, render_markdown, report_data
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     from .conftest import FIXTURES
 
@@ -90,7 +91,7 @@ def test_a_campaign_report_shows_each_experiment_history_up_to_that_campaign(tmp
         log.write_text(text.replace('"gen_s": 21.7', f'"gen_s": {gen_s}'), encoding="utf-8")
         run_id = store.add_run(experiment_id=experiment, campaign_id=campaign, backend="local", token=f"t{n}",
                                state="COMPLETED", ingested=0, point_json="{}", repeat_index=0, git_sha=sha)
-        store.save_verdict(run_id, judge_files(log, FIXTURES / "logs" / "J17.sacct").to_json())
+        record_verdict(store, run_id, judge_files(log, FIXTURES / "logs" / "J17.sacct").to_json())
 
     values = [[67.5, 68.1, 67.9], [68.3, 67.7, 68.0], [101.0, 101.5, 100.9], [101.3, 101.8, 100.7]]
     n = 0

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dsv4ctl.cli import main
-from dsv4ctl.store.core import open_store
+from dsv4ctl.store import open_store
 
 from .conftest import FIXTURES, ROOT
 
@@ -78,7 +78,7 @@ def test_again_records_it_says_it_doubles_the_statistics_and_compare_flags_the_c
 
 
 def test_the_content_hash_is_a_migration_of_an_existing_store(tmp_path):
-    from dsv4ctl.store.core import MIGRATIONS
+    from dsv4ctl.store import MIGRATIONS
 
     store = open_store(tmp_path / "r.db")
     columns = {row[1] for row in store.db.execute("PRAGMA table_info(runs)")}

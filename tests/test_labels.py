@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dsv4ctl.store.core import LabelTaken, MIGRATIONS, Store, migrate
+from dsv4ctl.store import LabelTaken, MIGRATIONS, Store, migrate
 
 from .conftest import FIXTURES
 from .test_cli_errors import run_main

@@ -13,7 +13,7 @@ from pathlib import Path
 from dsv4ctl.campaign.plan import submit
 from dsv4ctl.scheduler.localprocs import job_processes
 from dsv4ctl.scheduler.localrun import process_start, time_limit_s
-from dsv4ctl.store.core import open_store
+from dsv4ctl.store import open_store
 from dsv4ctl.campaign.watch import watch
 
 from .conftest import FIXTURES

@@ -14,7 +14,7 @@ import pytest
 from dsv4ctl.modes.align.result import AlignReferenceUnavailable, check_references, stored_alignment
 from dsv4ctl.campaign.plan import plan
 from dsv4ctl.spec.models import ExperimentSpec
-from dsv4ctl.store.core import open_store
+from dsv4ctl.store import open_store
 
 from .conftest import ROOT
 from .serving_runs import load_records, write_run

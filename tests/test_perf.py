@@ -9,6 +9,7 @@ import json
 import pytest
 
 from .conftest import BASE_SPEC, FIXTURES
+from dsv4ctl.campaign.verdicts import record_verdict
 from dsv4ctl.analysis.perf import (
     PerfReferenceError,
     check_perf,
@@ -145,7 +146,7 @@ def test_history_through_ingest_shows_the_commit_where_gen_s_stepped_up(cli, tmp
 
 
 def test_the_store_migrates_to_the_perf_tables(tmp_path):
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     store = open_store(tmp_path / "r.db")
     assert {"perf_checks", "perf_references"} <= set(store.db.table_names())
@@ -157,13 +158,13 @@ def _judged(store, experiment_id, campaign_id, gen_s, tmp_path, name):
     run_id = store.add_run(experiment_id=experiment_id, campaign_id=campaign_id, backend="local", token=name,
                            state="COMPLETED", ingested=0, point_json="{}", repeat_index=0)
     verdict = judge_files(_log(tmp_path, name, gen_s), FIXTURES / "logs" / "J17.sacct")
-    store.save_verdict(run_id, verdict.to_json())
+    record_verdict(store, run_id, verdict.to_json())
     return run_id
 
 
 def test_a_reference_from_a_campaign_checks_later_runs_and_a_spec_reference_wins(cli, tmp_path):
     from dsv4ctl.analysis.perf import stored_check
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     db = tmp_path / "r.db"
     store = open_store(db)
@@ -187,7 +188,7 @@ def test_a_reference_from_a_campaign_checks_later_runs_and_a_spec_reference_wins
 
 
 def test_the_suite_matrix_shows_the_reference_check_beside_the_result(tmp_path):
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
     from dsv4ctl.campaign.suite import suite_matrix
 
     store = open_store(tmp_path / "r.db")
@@ -257,7 +258,7 @@ def test_reference_set_refuses_a_bare_tolerance_and_stores_nothing(cli, tmp_path
     for bare in ("5", "1"):
         code, _, err = run_main(capsys, "reference", "set", "j17", "--from", "P1", "--tolerance", bare, "--db", db)
         assert code == 2 and "would mean" in err and len(err.strip().splitlines()) <= 2, err
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     assert open_store(db).db.execute("SELECT COUNT(*) FROM perf_references").fetchone()[0] == 0
     done = cli("reference", "set", "j17", "--from", "P1", "--tolerance", "0.05", "--db", db, "--json")
@@ -275,7 +276,7 @@ def test_the_spec_refuses_a_boolean_tolerance_rather_than_reading_it_as_100_perc
 
 
 def _stored_references(db) -> int:
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     return open_store(db).db.execute("SELECT COUNT(*) FROM perf_references").fetchone()[0]
 

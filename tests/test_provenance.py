@@ -101,7 +101,7 @@ def test_a_golden_is_taken_from_a_stored_runs_verdict_at_submit_time(cli, tmp_pa
 
 
 def test_a_golden_from_an_unknown_or_unjudged_run_is_refused_before_anything_is_recorded(tmp_path):
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     from .test_slurm import spec_file
 

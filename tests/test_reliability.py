@@ -20,7 +20,7 @@ import pytest
 from dsv4ctl.campaign.plan import submit
 from dsv4ctl.judge.files import judge_files
 from dsv4ctl.errors import Dsv4Error, LogError
-from dsv4ctl.store.core import StoreError, open_store
+from dsv4ctl.store import StoreError, open_store
 from dsv4ctl.campaign.watch import poll_once, watch
 
 from .conftest import FIXTURES, ROOT
@@ -179,7 +179,7 @@ def test_waits_follow_only_their_own_runs(tmp_path):
 
 
 def test_progress_names_the_runs_and_paused_states():
-    from dsv4ctl.store.core import RunRow
+    from dsv4ctl.store import RunRow
     from dsv4ctl.campaign.watch import waiting_on
 
     rows = [RunRow({"id": 3, "job_id": "11", "state": "RUNNING", "experiment": "a"}),

@@ -72,7 +72,7 @@ def test_unknown_run_is_a_clear_error(tmp_path):
     import subprocess
     import sys
 
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
 
     open_store(tmp_path / "r.db")
     done = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "show", "999", "--db", str(tmp_path / "r.db")],

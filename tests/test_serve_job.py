@@ -401,7 +401,7 @@ LEAK_MIB = 16
 @pytest.fixture(scope="session")
 def serve_campaign(engine, tmp_path_factory):
     from dsv4ctl.campaign.plan import submit
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
     from dsv4ctl.campaign.watch import watch
 
     d = tmp_path_factory.mktemp("serve")

@@ -159,7 +159,7 @@ def test_a_killed_serve_job_keeps_its_records_and_leaves_no_process(engine, tmp_
     # outside leaves its EngineCore to init, and the local backend ends it with the job
     from dsv4ctl.campaign.plan import submit
     from dsv4ctl.scheduler.localprocs import job_processes
-    from dsv4ctl.store.core import open_store
+    from dsv4ctl.store import open_store
     from dsv4ctl.campaign.watch import watch
     from dsv4rt.server import process_tree
 

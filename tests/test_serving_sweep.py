@@ -12,7 +12,7 @@ import pytest
 from dsv4ctl.analysis.compare import compare
 from dsv4ctl.report.campaign import render_html, render_markdown, report_data
 from dsv4ctl.spec.load import load_spec
-from dsv4ctl.store.core import open_store
+from dsv4ctl.store import open_store
 from dsv4ctl.campaign.watch import judge_run
 
 from .conftest import EXPERIMENTS

@@ -16,7 +16,7 @@ import pytest
 
 from dsv4ctl import external
 from dsv4ctl.campaign.plan import resume, submit
-from dsv4ctl.store.core import open_store
+from dsv4ctl.store import open_store
 from dsv4ctl.campaign.watch import poll_once, watch
 
 from .conftest import FIXTURES, ROOT

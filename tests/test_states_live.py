@@ -10,7 +10,7 @@ import pytest
 from dsv4ctl import external
 from dsv4ctl.campaign.plan import submit
 from dsv4ctl.judge.states import FINAL
-from dsv4ctl.store.core import open_store
+from dsv4ctl.store import open_store
 from dsv4ctl.campaign.watch import poll_once, waiting_on, watch
 
 from .conftest import FIXTURES

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from dsv4ctl.store import core as store_module
-from dsv4ctl.store.core import MIGRATIONS, RunNotFound, Store, StoreError, open_store
+from dsv4ctl.store import migrations as store_module
+from dsv4ctl.store import MIGRATIONS, RunNotFound, Store, StoreError, open_store
 
 
 def test_blank_database_reaches_the_current_schema(tmp_path):
@@ -88,7 +88,7 @@ def test_verdict_and_metrics_are_stored_together(tmp_path):
 
 WRITER = """
 import sys
-from dsv4ctl.store.core import open_store
+from dsv4ctl.store import open_store
 s = open_store(sys.argv[1])
 e = s.experiment_id("e", "h", "{}", "x")
 for i in range(150):

@@ -25,7 +25,7 @@ from typing import Any
 from . import stats
 from .differences import differences, timing_warning, token_comparison
 from ..errors import Dsv4Error, ExitCode, UsageError
-from ..store.core import Store
+from ..store import Store
 
 DECISION_EXIT = {"promote": int(ExitCode.OK), "reject": int(ExitCode.FAILED), "blocked": int(ExitCode.FAILED),
                  "inconclusive": int(ExitCode.INCONCLUSIVE)}

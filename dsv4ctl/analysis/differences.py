@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..store.core import Store
+from ..store import Store
 
 if TYPE_CHECKING:
     from .compare import CompareRow, Side

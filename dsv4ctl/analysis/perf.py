@@ -374,7 +374,7 @@ def reference_of(store: Any, experiment: str) -> StoredReference:
 
 def save_reference(store: Any, experiment: str, block: dict[str, Any], source: str) -> StoredReference | None:
     """Store the reference of `experiment`; returns the one it replaces (None when it is the first)."""
-    from ..store.core import now
+    from ..store import now
 
     with store.transaction():
         before = stored_references(store, experiment)

@@ -14,7 +14,7 @@ class NoReferenceRuns(Dsv4Error):
 def samples_from(store: Any, experiment: str, sources: list[str]) -> tuple[dict[str, list[float]], str]:
     """Each metric's values over the passed runs of `experiment` that `sources` name (each a campaign name, else a
     run), and a description of them. Failed runs never set a reference."""
-    from ..store.core import RunNotFound
+    from ..store import RunNotFound
 
     rows, names = [], []
     for source in sources:

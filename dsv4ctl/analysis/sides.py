@@ -18,7 +18,7 @@ from ..errors import UsageError
 
 if TYPE_CHECKING:
     from .compare import Side
-    from ..store.core import Store
+    from ..store import Store
 
 CANCELLED = "CANCELLED"  # the scheduler's state for a job someone stopped (scancel, `dsv4ctl cancel`)
 
@@ -52,7 +52,7 @@ def resolve_side(store: "Store", ref: str) -> "Side":
 
 def _run_by_label(store: "Store", ref: str) -> list[int]:
     """A run named by its label (J17) or `latest`, when no experiment has that name."""
-    from ..store.core import RunNotFound
+    from ..store import RunNotFound
 
     try:
         return [store.find_run(ref).id]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..store.core import Store
+from ..store import Store
 
 
 def _probes(store: Store, bisection_id: int) -> dict[str, dict[str, Any]]:

@@ -22,7 +22,7 @@ from . import changes as changes_mod
 from .rates import UNRESOLVED, UNTESTABLE, Rate, run_outcome
 from .ddmin import Stopped
 from ..errors import Dsv4Error, UsageError
-from ..store.core import Store, now
+from ..store import Store, now
 
 RUNNING, DONE = "running", "done"
 MEASURED = "measured"  # an end measured to its target runs (GOOD, BAD, the ends of a range)

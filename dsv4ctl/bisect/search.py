@@ -28,7 +28,7 @@ from .run import (
 )
 from .rates import FAIL, PASS, UNRESOLVED, Rate, ends_differ, judge_point, judge_value, more_runs, runs_to_tell
 from .ddmin import ddmin, worst_case_probes
-from ..store.core import now
+from ..store import now
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import Dsv4Error
-from ..store.core import RunNotFound, Store
+from ..store import RunNotFound, Store
 
 if TYPE_CHECKING:
     from .plan import PlannedRun

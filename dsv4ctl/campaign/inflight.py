@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import Dsv4Error
 from ..judge.states import normalise
 from ..scheduler import JobRef, JobStatus, get_scheduler
-from ..store.core import RunRow, Store
+from ..store import RunRow, Store
 from .watch import _age_s, elapsed_of, stuck_reason
 
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Dsv4Error, UsageError
-from ..store.core import Store
+from ..store import Store
 from ..spec.switches import BY_NAME
 from ..versions import read_versions
+from .verdicts import record_verdict
 from ..judge.rules import Verdict
 
 MAX_LOG_BYTES = 16 << 30  # a 1 GiB log ingests in under a second; past 16 GiB it is not one job's log
@@ -153,7 +154,7 @@ def ingest_log(store: Store, log: Path, experiment: str, sacct: Path | None, swi
     the scheduler record names (J08), made unique (J08-2) when another run has it already."""
     switches = parse_switches(switch_pairs)
     if store.read_only:  # said before anything is copied (the copy would go for nothing)
-        from ..store.core import StoreError
+        from ..store import StoreError
 
         raise StoreError(f"{store.path}: it is read-only here; reading commands work, recording needs write access")
     check_regular(log, "log", MAX_LOG_BYTES)
@@ -222,5 +223,5 @@ def _ingest_copy(store: Store, log: Path, sacct: Path | None, target: Path, toke
         run_dir=str(target), log_path=str(copied), switches_json=json.dumps(switches),
         tags=",".join(tags), ingested=1, point_json="{}", repeat_index=0, git_sha=git_sha, content_sha256=sha,
         source_path=str(log.absolute()), sacct_path=str(sacct_copy) if sacct_copy else None)
-    store.save_verdict(run_id, verdict.to_json(), read_versions(copied), judgement.alignment)
+    record_verdict(store, run_id, verdict.to_json(), read_versions(copied), judgement.alignment)
     return Ingested(run_id, verdict, found_mode, copy_of=earlier[0].id if earlier else None)

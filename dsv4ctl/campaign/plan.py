@@ -30,7 +30,7 @@ from ..scheduler import Scheduler, SubmitError, get_scheduler, resolve_backend
 from ..spec.models import ExperimentSpec
 from ..spec.load import LoadedSpec, load_spec
 from ..judge.states import FINAL
-from ..store.core import LATEST, PLANNED, SUBMIT_FAILED, SUBMITTING, RunRow, Store, StoreError
+from ..store import LATEST, PLANNED, SUBMIT_FAILED, SUBMITTING, RunRow, Store, StoreError
 
 SUBMIT_RETRIES = 3
 SUBMIT_BACKOFF_S = 2.0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import Dsv4Error, SpecInvalid
 from ..spec.load import load_spec
-from ..store.core import Store
+from ..store import Store
 
 PLATFORM_NEEDS = {"gfx936": "the DCU cluster (Hygon gfx936)", "rocm": "a ROCm GPU cluster",
                   "cuda": "a CUDA GPU cluster", "cpu": "the CPU engine"}

@@ -10,7 +10,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from ..store.core import Store
+from ..store import Store
 
 Z95 = 1.959963984540054
 

@@ -17,8 +17,9 @@ from ..judge.scan import parse_file
 from ..judge.sacct import SchedulerSummary
 from ..judge.states import FINAL, PAUSED, is_waiting, normalise
 from ..scheduler import JobRef, JobStatus, get_scheduler
-from ..store.core import SUBMITTING, RunRow, Store, StoreError
+from ..store import SUBMITTING, RunRow, Store, StoreError
 from ..versions import read_versions
+from .verdicts import record_verdict
 from ..judge.rules import Verdict, VerdictOptions, judge, options_for_spec
 
 class WaitTimedOut(Dsv4Error):
@@ -84,7 +85,7 @@ def judge_stored(store: Store, row: RunRow, scheduler: SchedulerSummary | None) 
     alignment = None
     if mode == "align":  # compared again from its capture files, whatever the log says (issue 15)
         verdict, alignment = judged(store, row.id, verdict)
-    store.save_verdict(row.id, verdict.to_json(), read_versions(log), alignment)
+    record_verdict(store, row.id, verdict.to_json(), read_versions(log), alignment)
     return verdict
 
 
@@ -292,13 +293,10 @@ def stored_status(store: Store, row: RunRow) -> JobStatus | None:
     return None
 
 
-def rejudge(ref: str, db: str | None = None) -> tuple[Verdict, Path]:
+def rejudge(ref: str, store: Store) -> tuple[Verdict, Path]:
     """`dsv4ctl verdict RUN`: judge a stored run again from its log, with the scheduler's live record where it has
     one that is final, else the record stored with the run (sacct forgets old jobs; an ingested run has no live
     record): re-judging never throws away what was recorded."""
-    from ..store.core import open_store
-
-    store = open_store(db, must_exist=True)
     row = store.find_run(ref)
     status = None
     if row.job_id and not row.ingested:

@@ -80,7 +80,7 @@ def sweep(spec: Annotated[Optional[Path], typer.Argument(help="A spec with a mat
     from ..campaign.plan import submit as submit_campaign
     from ..config import runs_dir as configured_runs_dir
     from ..errors import Dsv4Error
-    from ..store.core import RunNotFound
+    from ..store import RunNotFound
     from ..campaign.sweep import summarise_campaign
     from .run_cmds import _watch_until_done
 

@@ -36,7 +36,7 @@ def compare(baseline: SideArg = None, candidate: SideArg = None, metric: MetricO
     Exit 0 promote, 1 reject or blocked, 5 inconclusive, 2 usage (an unknown side, campaign or metric)."""
     from ..analysis.compare import compare as run_compare
     from ..analysis.compare import parse_metrics
-    from ..store.core import open_store
+    from .options import open_store
 
     # With --json, a failure is a JSON error object on stderr: cli.main does that for every command.
     result = run_compare(open_store(db, must_exist=True), baseline, candidate, parse_metrics(metric), alpha, factor,

@@ -58,12 +58,14 @@ LabelOpt = Annotated[Optional[str], typer.Option(
                                "refused [default: the spec's label, else r<run id>].")]
 
 
-def open_store(db: Path | None, must_exist: bool = False):
-    """The store (imported on use: sqlite-utils is slow to import and `--help` must stay fast). Commands that only
-    read pass `must_exist`: no database there is an error, not an empty table."""
-    from ..store.core import open_store as _open
+def open_store(db: Path | None, must_exist: bool = False, announce: bool = True):
+    """The store (imported on use: sqlite-utils is slow to import and `--help` must stay fast), with the note of
+    which database it is on stderr. Commands that only read pass `must_exist`: no database there is an error, not
+    an empty table."""
+    from ..report import output
+    from ..store import open_store as _open
 
-    return _open(db, must_exist=must_exist)
+    return _open(db, announce=output.info if announce else None, must_exist=must_exist)
 
 
 def check_backend(value: str | None) -> str | None:

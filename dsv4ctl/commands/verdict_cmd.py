@@ -59,11 +59,11 @@ def verdict(job: Annotated[Optional[str], typer.Argument(
     perf = None
     if job is not None:
         from ..analysis.perf import stored_check
-        from ..store.core import open_store
         from ..campaign.watch import rejudge
+        from .options import open_store
 
-        result, log = rejudge(job, db)
-        store = open_store(db, announce=False, must_exist=True)
+        store = open_store(db, must_exist=True)
+        result, log = rejudge(job, store)
         perf = stored_check(store, store.find_run(job).id)
     else:
         result = _judge_log(log, sacct, mode, job_id=job_id, bos_id=bos_id, max_repeat_run=max_repeat_run,
@@ -140,14 +140,15 @@ def _git_bisect_code(job: str | None, log: Path | None, sacct: Path | None, db: 
     M6)."""
     from ..bisect.rates import GIT_BISECT_EXIT, run_outcome
     from ..errors import Dsv4Error, UsageError
-    from ..store.core import RunNotFound, StoreError
+    from ..store import RunNotFound, StoreError
     from ..campaign.inflight import RunInFlight
 
     try:
         if job is not None:
             from ..campaign.watch import rejudge
+            from .options import open_store
 
-            result, log = rejudge(job, db)
+            result, log = rejudge(job, open_store(db, must_exist=True))
         else:
             result = _judge_log(log, sacct, options.pop("mode", None), **options)
     except (RunNotFound, StoreError, UsageError, RunInFlight) as exc:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..analysis import stats
-from ..store.core import Store
+from ..store import Store
 from ..analysis.sides import ab_sides  # noqa: F401 - the A/B sides, chosen as `compare --campaign` chooses them
 from ..campaign.sweep import SweepSummary, summarise_campaign
 

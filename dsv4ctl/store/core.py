@@ -8,253 +8,19 @@ locked". Plain tables and JSON text columns: the file opens as-is in Datasette.
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
-from .dbfile import BUSY_TIMEOUT_S, StoreError, connect, set_wal, writable  # noqa: F401 - re-exported
-from ..errors import Dsv4Error, UsageError
-
-DEFAULT_DB = "results.db"
-LATEST = "latest"  # accepted wherever a run or a campaign is named: the newest one
-
-# Run states: the one list (judge/states.py); dsv4ctl's own words re-exported for the modules that set them.
-from ..judge.states import FINAL, LOST, PLANNED, SUBMIT_FAILED, SUBMITTING, UNKNOWN  # noqa: F401, E402
-# Not waiting on the scheduler: never submitted, refused, or lost. Every other non-final word is followed.
-NOT_WAITING = (PLANNED, SUBMIT_FAILED, LOST)
-
-
-class RunNotFound(Dsv4Error):
-    """No run matches the given run id, label, job id or token: a usage error (exit 2), never a test result."""
-
-    exit_code = 2
-
-
-class CampaignNotFound(RunNotFound):
-    """No campaign has the given name: a usage error, the message names the closest known ones."""
-
-    exit_code = 2
-
-
-class LabelTaken(UsageError):
-    """A label is already used by another run of this database."""
-
-
-AUTO_LABEL = re.compile(r"r[0-9]+")  # r<run id>: the labels dsv4ctl gives, never one a user chooses
-
-
-def check_chosen_label(label: str) -> str:
-    """A label a user (or a spec's `label:`) chose: refused when it has the automatic labels' shape."""
-    if AUTO_LABEL.fullmatch(label):
-        raise UsageError(f"label {label!r} has the shape of the automatic labels (r<run id>): choose another "
-                         "(J18, baseline-1, ...)")
-    return label
-
-
-def closest(word: str, known: Iterable[str]) -> str:
-    """`; did you mean X?` when one known word is close to `word`, else the known words (at most 10)."""
-    import difflib
-
-    known = list(known)
-    near = difflib.get_close_matches(word, known, n=1, cutoff=0.6) or difflib.get_close_matches(
-        word.lower(), [k.lower() for k in known], n=1, cutoff=0.6)
-    if near:
-        return f"; did you mean {near[0]!r}?"
-    if not known:
-        return ""
-    shown = ", ".join(known[:10]) + (f" (+{len(known) - 10} more)" if len(known) > 10 else "")
-    return f"; known: {shown}"
-
-
-INT64_MAX = 2**63 - 1
-
-
-def bindable(value: Any) -> Any:
-    """A value SQLite can store: integers past int64, NaN and infinities become NULL (the verdict's JSON keeps them
-    exactly). Not text: an INTEGER column would turn a 400-digit text back into the REAL infinity."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def finite_number(value: Any) -> float | None:
-    """A metric as a finite float, or None (text, booleans, NaN, infinities, integers too big for a float)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-# ---- migrations -------------------------------------------------------------------------------------------------
-
-
-def m001_initial(db: sqlite_utils.Database) -> None:
-    db["experiments"].create({"id": int, "name": str, "spec_hash": str, "spec_json": str, "source": str,
-                              "created_at": str}, pk="id")
-    db["experiments"].create_index(["name", "spec_hash"], unique=True)
-    db["campaigns"].create({"id": int, "name": str, "backend": str, "command": str, "created_at": str}, pk="id")
-    db["campaigns"].create_index(["name"], unique=True)
-    db["runs"].create({
-        "id": int, "campaign_id": int, "experiment_id": int, "point_json": str, "point_label": str,
-        "repeat_index": int, "pair_id": int, "side": str, "backend": str, "token": str, "state": str,
-        "state_detail": str, "state_source": str, "job_id": str, "array_task": str, "submit_message": str,
-        "run_dir": str, "script_path": str, "log_path": str, "node": str, "exit_code": int, "signal": int,
-        "elapsed_s": int, "max_rss_kib": int, "submitted_at": str, "started_at": str, "ended_at": str,
-        "updated_at": str, "git_sha": str, "dsv4ctl_version": str, "switches_json": str, "tags": str,
-        "ingested": int,
-    }, pk="id", foreign_keys=[("campaign_id", "campaigns", "id"), ("experiment_id", "experiments", "id")])
-    db["runs"].create_index(["token"], unique=True)
-    db["runs"].create_index(["job_id"])
-    db["runs"].create_index(["state"])
-    db["verdicts"].create({
-        "run_id": int, "status": str, "passed": int, "false_green": int, "first_blocker_line": int,
-        "first_blocker_kind": str, "first_blocker_message": str, "bos_run": int, "py_exit": int,
-        "probe_verdict": str, "engine_ready_s": float, "judged_at": str, "verdict_json": str,
-    }, pk="run_id", foreign_keys=[("run_id", "runs", "id")])
-    db["metrics"].create({"run_id": int, "name": str, "value": float}, pk=("run_id", "name"),
-                         foreign_keys=[("run_id", "runs", "id")])
-
-
-def m002_campaign_plan(db: sqlite_utils.Database) -> None:
-    # planned_runs: how many runs the plan recorded (in the same transaction as the runs); submitted_at: when the
-    # submission loop finished. NULL there means a CLI stopped on the way: `resume` completes it.
-    db["campaigns"].add_column("planned_runs", int)
-    db["campaigns"].add_column("submitted_at", str)
-
-
-def m003_judge_error(db: sqlite_utils.Database) -> None:
-    # Judging that raised on one run is recorded there, so a watch can finish and the others are still judged.
-    db["runs"].add_column("judge_error", str)
-
-
-def m004_labels(db: sqlite_utils.Database) -> None:
-    # A short name per run (J18), unique in the database; runs recorded before get J<run id>.
-    db["runs"].add_column("label", str)
-    db.execute("UPDATE runs SET label = 'J' || id WHERE label IS NULL")
-    db["runs"].create_index(["label"], unique=True)
-
-
-def m005_versions(db: sqlite_utils.Database) -> None:
-    # What the job actually ran (read from raw.log when it is judged): compare lists a change of vLLM among the
-    # differences. Runs recorded before stay NULL until judged again.
-    for column in ("vllm_version", "torch_version", "triton_version"):
-        db["runs"].add_column(column, str)
-
-
-def m006_perf(db: sqlite_utils.Database) -> None:
-    # Issue 17: each judged run's check against its performance reference (dsv4ctl/perf.py), and the references
-    # set per experiment by `dsv4ctl reference set` (ingested runs have no spec to hold one).
-    db["perf_checks"].create({"run_id": int, "within": int, "source": str, "reference_json": str,
-                              "failures_json": str}, pk="run_id", foreign_keys=[("run_id", "runs", "id")])
-    db["perf_references"].create({"experiment": str, "perf_json": str, "source": str, "set_at": str},
-                                 pk="experiment")
-
-
-def m007_align(db: sqlite_utils.Database) -> None:
-    # Issue 15: an align run's result (dsv4ctl/align.py), recomputed from its capture files when it is judged,
-    # and one row per rung (cache, attention, each layer, final norm, logits, greedy, perplexity) for show/report.
-    db["alignments"].create({"run_id": int, "aligned": int, "verdict": str, "first_rung": str, "first_layer": int,
-                             "reference": str, "result_json": str, "judged_at": str}, pk="run_id",
-                            foreign_keys=[("run_id", "runs", "id")])
-    db["align_rungs"].create({"run_id": int, "position": int, "name": str, "kind": str, "layer": int, "ok": int,
-                              "cosine": float, "max_abs": float, "rel_l2": float}, pk=("run_id", "position"),
-                             foreign_keys=[("run_id", "runs", "id")])
-
-
-def m008_bisect(db: sqlite_utils.Database) -> None:
-    # Issue 16: a bisection (dsv4ctl/bisect.py), its steps and its probes (a subset of changes or a numeric value,
-    # with its runs' failure rate, Wilson interval and outcome). A probe's runs are the runs of its experiment
-    # (each probe's spec has a name of its own); the campaigns are recorded before they are submitted.
-    db["bisections"].create({"id": int, "kind": str, "inputs_key": str, "command": str, "backend": str,
-                             "inputs_json": str, "changes_json": str, "settings_json": str, "state": str,
-                             "result_json": str, "created_at": str, "updated_at": str}, pk="id")
-    db["bisections"].create_index(["inputs_key"])
-    db["bisect_steps"].create({"bisection_id": int, "step": int, "what": str, "probes_json": str,
-                               "created_at": str}, pk=("bisection_id", "step"),
-                              foreign_keys=[("bisection_id", "bisections", "id")])
-    db["bisect_probes"].create({"id": int, "bisection_id": int, "key": str, "role": str, "subset_json": str,
-                                "value": int, "spec_name": str, "step": int, "outcome": str, "runs": int,
-                                "failures": int, "untestable": int, "rate": float, "lo": float, "hi": float,
-                                "updated_at": str}, pk="id", foreign_keys=[("bisection_id", "bisections", "id")])
-    db["bisect_probes"].create_index(["bisection_id", "key"], unique=True)
-    db["bisect_campaigns"].create({"bisection_id": int, "campaign": str, "step": int}, pk="campaign",
-                                  foreign_keys=[("bisection_id", "bisections", "id")])
-
-
-def m009_ingest(db: sqlite_utils.Database) -> None:
-    # Issue 29: an ingested log is copied into the runs directory (run_dir/log_path point at the copy, source_path
-    # is where it came from, sacct_path the copied sacct text) and known by its content's SHA-256: the same log
-    # ingested twice is refused (or, with --again, said to be a copy of that run).
-    for column in ("content_sha256", "source_path", "sacct_path"):
-        db["runs"].add_column(column, str)
-    db["runs"].create_index(["content_sha256"])
-
-
-MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (m001_initial, m002_campaign_plan,
-                                                                    m003_judge_error, m004_labels, m005_versions,
-                                                                    m006_perf, m007_align, m008_bisect, m009_ingest)
-
-
-def _recorded_migrations(db: sqlite_utils.Database) -> set[str]:
-    if "_dsv4ctl_migrations" not in db.table_names():
-        return set()
-    return {row[0] for row in db.execute("SELECT name FROM _dsv4ctl_migrations")}
-
-
-def check_version(db: sqlite_utils.Database, path: Path) -> list[str]:
-    """Refuse a store written by a newer dsv4ctl; return the migrations this one still has to apply."""
-    known = [m.__name__ for m in MIGRATIONS]
-    done = _recorded_migrations(db)
-    unknown = sorted(done - set(known))
-    version = db.execute("PRAGMA user_version").fetchone()[0]
-    if unknown or version > len(known):
-        what = f"migrations {', '.join(unknown)}" if unknown else f"schema version {version}"
-        raise StoreError(f"{path}: written by a newer dsv4ctl ({what}; this one knows {len(known)} migrations): "
-                         "upgrade dsv4ctl to use it")
-    return [name for name in known if name not in done]
-
-
-def migrate(db: sqlite_utils.Database, path: Path = Path("?")) -> list[str]:
-    """Apply the migrations not yet recorded, all in one transaction; return the names applied."""
-    conn = db.conn
-    if not check_version(db, path):
-        return []
-    conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait on the busy timeout
-    try:
-        if "_dsv4ctl_migrations" not in db.table_names():
-            db["_dsv4ctl_migrations"].create({"name": str, "applied_at": str}, pk="name")
-        pending = check_version(db, path)  # again, under the lock: another process may have migrated
-        applied = []
-        for migration in MIGRATIONS:
-            if migration.__name__ in pending:
-                migration(db)
-                db["_dsv4ctl_migrations"].insert({"name": migration.__name__, "applied_at": now()})
-                applied.append(migration.__name__)
-        conn.execute(f"PRAGMA user_version = {len(MIGRATIONS):d}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return applied
+from .dbfile import StoreError, connect, set_wal, writable
+from .migrations import check_version, migrate
+from .values import (FINAL, INT64_MAX, LATEST, NOT_WAITING, SUBMITTING, CampaignNotFound, LabelTaken, RunNotFound,
+                     bindable, check_chosen_label, closest, finite_number, known_state, known_status, now)
 
 
 # ---- the store --------------------------------------------------------------------------------------------------
@@ -526,17 +292,15 @@ class Store:
 
     # -- verdicts and metrics --
 
-    def save_verdict(self, run_id: int, verdict: dict[str, Any], versions: dict[str, str] | None = None,
-                     alignment: dict[str, Any] | None = None) -> None:
-        """Store a verdict with its metrics, the software versions its log names (`versions`, by column: a version
-        the log no longer names keeps what was recorded) and, for an align run, its alignment."""
-        from ..modes.align.result import record_alignment
+    def save_verdict(self, run_id: int, verdict: dict[str, Any], versions: dict[str, str] | None = None) -> None:
+        """Store a verdict with its metrics and the software versions its log names (`versions`, by column: a
+        version the log no longer names keeps what was recorded). What a mode or a reference adds to a judgement
+        (an alignment, a performance check) is written by the caller in the same transaction
+        (campaign.verdicts.record_verdict)."""
         from ..versions import VERSION_COLUMNS
 
         blocker = verdict.get("first_blocker") or {}
         with self.transaction():
-            if alignment is not None:
-                record_alignment(self, run_id, alignment)
             # Numbers from a log can be anything (a 400-digit count, NaN): the columns get what SQLite can hold,
             # verdict_json keeps them exactly, and the metrics table only finite numbers.
             self.db["verdicts"].upsert({key: bindable(value) for key, value in {
@@ -558,9 +322,6 @@ class Store:
             rows = [row for row in rows if row["value"] is not None]
             if rows:
                 self.db["metrics"].insert_all(rows, pk=("run_id", "name"), replace=True)
-            from ..analysis.perf import record_check
-
-            record_check(self, run_id, bool(verdict["passed"]), {row["name"]: row["value"] for row in rows})
 
     def verdict(self, run_id: int) -> dict[str, Any] | None:
         row = self.db.execute("SELECT verdict_json FROM verdicts WHERE run_id = ?", [run_id]).fetchone()
@@ -582,27 +343,6 @@ class Store:
     def metrics(self, run_id: int) -> dict[str, float]:
         return {name: value for name, value in
                 self.db.execute("SELECT name, value FROM metrics WHERE run_id = ?", [run_id])}
-
-
-def known_state(state: str) -> str:
-    """A scheduler state as stored (any case); UsageError listing the known ones otherwise."""
-    from ..judge.states import ACTIVE, OWN
-
-    known = sorted(FINAL | ACTIVE | OWN | {"INGESTED"})
-    word = state.strip().upper()
-    if word not in known:
-        raise UsageError(f"unknown state {state!r}; known states: {', '.join(known)}")
-    return word
-
-
-def known_status(status: str) -> str:
-    """A verdict status (any case); UsageError listing the known ones otherwise."""
-    from ..judge.rules import STATUSES
-
-    word = status.strip().lower()
-    if word not in STATUSES:
-        raise UsageError(f"unknown verdict status {status!r}; known statuses: {', '.join(STATUSES)}")
-    return word
 
 
 class _ClaimLost(Exception):
@@ -627,11 +367,12 @@ class _Transaction:
             self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
-def open_store(path: str | os.PathLike[str] | None = None, announce: bool = True, must_exist: bool = False) -> Store:
+def open_store(path: str | os.PathLike[str] | None = None, announce: Callable[[str], None] | None = None,
+               must_exist: bool = False) -> Store:
     """The store at `path`, else $DSV4CTL_DB, else the project config's (dsv4ctl.toml), else ./results.db; created
-    and migrated on first use. Unless it is ./results.db, which one is said on stderr (`announce`). Commands that
-    only read pass `must_exist`: in a folder with no database they say so, instead of creating an empty one and
-    showing nothing (`cd sub && dsv4ctl runs`)."""
+    and migrated on first use. Unless it is ./results.db, which one is said through `announce` (the commands pass
+    their stderr note; the store itself never prints). Commands that only read pass `must_exist`: in a folder with
+    no database they say so, instead of creating an empty one and showing nothing (`cd sub && dsv4ctl runs`)."""
     from ..config import database, database_note
 
     found = database(path)
@@ -643,7 +384,5 @@ def open_store(path: str | os.PathLike[str] | None = None, announce: bool = True
         raise error
     note = database_note(found) if announce else None
     if note:
-        from ..report import output
-
-        output.info(note)
+        announce(note)
     return Store(found.value)

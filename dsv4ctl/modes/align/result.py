@@ -27,7 +27,7 @@ from ...errors import Dsv4Error
 if TYPE_CHECKING:
     from ...campaign.plan import PlannedRun
     from ...judge.rules import Verdict
-    from ...store.core import RunRow, Store
+    from ...store import RunRow, Store
 
 ALIGN_DIR = "align"
 BLOCKER_KIND = "align_diverged"
@@ -58,7 +58,7 @@ REFERENCE_ID = re.compile(r"run:([0-9]{1,18})")  # what a submitted spec holds: 
 
 def _reference_row(store: Store, reference: str) -> RunRow:
     """The stored align run `run:ID` names, with a capture; AlignReferenceUnavailable otherwise."""
-    from ...store.core import RunNotFound
+    from ...store import RunNotFound
 
     ref = reference.removeprefix("run:")
     try:
@@ -234,7 +234,7 @@ def _line_of(log: str | None, verdict: dict[str, Any], rung: str | None) -> int:
 
 def record_alignment(store: Store, run_id: int, result: dict[str, Any]) -> None:
     """The result and its rungs, replacing what an earlier judgement recorded (inside the caller's transaction)."""
-    from ...store.core import bindable, now
+    from ...store import bindable, now
 
     first = result.get("first") or {}
     store.db["alignments"].upsert({
