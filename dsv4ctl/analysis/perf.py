@@ -14,37 +14,11 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UsageError  # noqa: F401
+from ..spec.tolerance import PerfReferenceError, is_duration, parse_tolerance  # noqa: F401 - the one reader, re-exported
+from ..modes.offline.spec_rules import OFFLINE_METRICS  # noqa: F401 - re-exported
 
 EXIT_OUTSIDE_REFERENCE = 4
-
-
-class PerfReferenceError(UsageError, ValueError):
-    """A performance reference that cannot be read (no bound, a tolerance that is not a number or a percentage)."""
-
-
-def parse_tolerance(value: str | float | int | None) -> float:
-    """`'5%'` -> 0.05, `0.05` -> 0.05: a percentage up to 1000%, or a bare fraction below 1. A bare number of 1 or
-    more is refused (issue 29): `5` would mean 500%, and whoever writes it almost always means 5%."""
-    if value is None:
-        return 0.0
-    if isinstance(value, bool):
-        raise PerfReferenceError(f"tolerance {value!r} is not a number")
-    text = value.strip() if isinstance(value, str) else None
-    try:
-        if text is not None and text.endswith("%"):
-            fraction, percent = float(text[:-1]) / 100, True
-        else:
-            fraction, percent = float(value if text is None else text), False
-    except (TypeError, ValueError):
-        raise PerfReferenceError(f"tolerance {value!r}: write a fraction (0.05) or a percentage (5%)") from None
-    if not percent and math.isfinite(fraction) and fraction >= 1:
-        fraction_meant = f" or {fraction / 100:g}" if fraction < 100 else ""  # a bare 1 or more is what we refuse
-        raise PerfReferenceError(f"tolerance {value!r}: {fraction:g} would mean {fraction:.0%}: "
-                                 f"write {fraction:g}%{fraction_meant}")
-    if not 0 <= fraction <= 10:  # also refuses nan (every comparison with it is false)
-        raise PerfReferenceError(f"tolerance {value!r} out of range (0 to 1000%)")
-    return fraction
 
 
 @dataclass(frozen=True)
@@ -92,48 +66,11 @@ def check_perf(perf_spec: dict[str, Any] | None, metrics: dict[str, float]) -> l
     return failures
 
 
-# What each mode's job records (its DSV4_METRICS line): runtime/dsv4rt/probe.py, align.py (with
-# align_compare's metrics) and serve.py (judge/serving.summarise's names, plus engine_ready_s).
-OFFLINE_METRICS = frozenset({"gen_s", "output_tokens", "tokens_per_s", "ttft_s", "engine_ready_s", "iterations"})
-ALIGN_METRICS = frozenset({"gen_s", "engine_ready_s", "output_tokens", "align_min_cosine", "ppl_engine",
-                           "ppl_reference", "ppl_ratio"})
-
-
 def produced_metrics(mode: str) -> frozenset[str]:
     """The metrics a job of this mode records, the only ones a spec's reference can be checked against."""
-    if mode == "serve":
-        from ..judge.serving import summary_names
+    from ..spec.modes import SPEC_MODES
 
-        return frozenset(summary_names()) | {"engine_ready_s"}
-    return ALIGN_METRICS if mode == "align" else OFFLINE_METRICS
-
-
-def is_duration(metric: str) -> bool:
-    return metric.endswith(("_s", "_ms")) or metric == "duration"
-
-
-def perf_findings(spec: Any) -> list[Any]:
-    """validate's findings on `expect.perf` (issue 29 S32): a metric the mode's job never records is a reference
-    every run fails ("not measured"), warned; a negative `max` for a duration is one no run can meet, refused."""
-    from ..spec.findings import Finding
-
-    findings = []
-    produced = produced_metrics(spec.mode)
-    for metric, bound in sorted(((spec.expect.perf or {}).items())):
-        path = f"expect.perf.{metric}"
-        if metric not in produced:
-            import difflib
-
-            near = difflib.get_close_matches(metric, sorted(produced), n=1)
-            article = "an" if spec.mode[0] in "aeiou" else "a"
-            findings.append(Finding("warning", path, f"{article} {spec.mode} run records no metric {metric!r}"
-                                    + (f" (did you mean {near[0]!r}?)" if near else "")
-                                    + ": every run would be outside its reference, 'not measured'",
-                                    why=f"{spec.mode} runs record: {', '.join(sorted(produced))}"))
-        if bound.max is not None and bound.max < 0 and is_duration(metric):
-            findings.append(Finding("error", f"{path}.max", f"{bound.max:g} is negative: {metric} is a duration, "
-                                    "no run can take less than 0"))
-    return findings
+    return SPEC_MODES[mode].metrics()
 
 
 # Metrics where larger is better get a `min` reference; every other metric (times, memory) a `max`.

@@ -388,10 +388,8 @@ def _validate_point(doc: Document, source: Path, point: dict[str, Any]) -> Loade
         found = [(path, Finding(severity, dotted(path), message))
                  for path, severity, message in structural_findings(exc.errors(include_url=False), data)]
     if spec is not None:
-        from ..analysis.perf import perf_findings
-
         found = [(tuple(int(p) if p.isdigit() else p for p in f.path.split(".")), f)
-                 for f in [*check_spec(spec), *perf_findings(spec)]]
+                 for f in check_spec(spec)]
     matrix = doc.data.get("matrix") or {}
     findings += [point_finding(f, path, point, matrix, doc.locate) for path, f in found]
     return LoadedSpec(source, point, spec if not any(f.severity == "error" for f in findings) else None,

@@ -180,7 +180,7 @@ class PerfBound(_Strict):
 
     @model_validator(mode="after")
     def _one_bound(self) -> "PerfBound":
-        from ..analysis.perf import parse_tolerance
+        from .tolerance import parse_tolerance
 
         if (self.max is None) == (self.min is None):
             raise ValueError("give exactly one of `max` or `min`")
@@ -209,6 +209,7 @@ class ThroughputSpec(_Strict):
 
 
 Mode = Literal["offline", "serve", "align"]
+DEFAULT_MODE = "offline"
 
 
 class ServeSpec(_Strict):
@@ -352,10 +353,11 @@ class ExperimentSpec(_Strict):
 
     @model_validator(mode="after")
     def _mode_sections(self) -> "ExperimentSpec":
-        if self.mode != "serve" and (self.serve is not None or self.load is not None):
-            raise ValueError("`serve` and `load` belong to mode: serve")
-        if self.mode != "align" and self.align is not None:
-            raise ValueError("`align` belongs to mode: align")
+        for mode, sections in MODE_SECTIONS.items():
+            given = [name for name, _ in sections if getattr(self, name) is not None]
+            if mode != self.mode and given:
+                names = " and ".join(f"`{name}`" for name, _ in sections)
+                raise ValueError(f"{names} {'belong' if len(sections) > 1 else 'belongs'} to mode: {mode}")
         return self
 
     @property
@@ -385,14 +387,13 @@ class ExperimentSpec(_Strict):
         # The label names runs, not the experiment: two labels of one spec are one experiment (same hash).
         data = self.model_dump(mode="json", exclude={"label"})
         # Offline specs keep the hash they had before serving and alignment existed (issues 14, 15).
-        for key, default in (("mode", "offline"), ("serve", None), ("load", None), ("align", None)):
+        owned = [(name, None) for sections in MODE_SECTIONS.values() for name, _ in sections]
+        for key, default in (("mode", DEFAULT_MODE), *owned):
             if key in data and data[key] == default:
                 data.pop(key)
-        if data.get("mode") == "serve":  # the job reads every serve setting, defaults included
-            data["serve"] = data.get("serve") or ServeSpec().model_dump(mode="json")
-            data["load"] = data.get("load") or LoadSpec().model_dump(mode="json")
-        if data.get("mode") == "align":  # the job and the judge read every align setting, defaults included
-            data["align"] = data.get("align") or AlignSpec().model_dump(mode="json")
+        # The job (and the judge) read every setting of the mode's own sections, defaults included.
+        for name, section in MODE_SECTIONS.get(self.mode, ()):
+            data[name] = data.get(name) or section().model_dump(mode="json")
         if data["expect"].get("perf") is None:
             data["expect"].pop("perf", None)  # specs without references keep the hash they had before issue 17
         return data
@@ -403,3 +404,12 @@ class ExperimentSpec(_Strict):
         snapshot["expect"].pop("perf", None)
         canonical = json.dumps(snapshot, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+# The spec sections each mode owns (a spec of another mode may not carry them; the resolved spec of a run of this
+# mode carries them whole, defaults included). The mode's rules and metrics: spec/modes.py.
+MODE_SECTIONS: dict[str, tuple[tuple[str, type[_Strict]], ...]] = {
+    "offline": (),
+    "serve": (("serve", ServeSpec), ("load", LoadSpec)),
+    "align": (("align", AlignSpec),),
+}

@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 
 from . import switches as registry
 from .findings import Finding
-from ..modes.serve.rules import SERVE_RULES
 from .models import ExperimentSpec
+from .modes import SPEC_MODES
+from .tolerance import is_duration
 
 Rule = Callable[[ExperimentSpec], Iterator[Finding]]
 
@@ -111,25 +112,6 @@ def batch_is_positive_sweep(spec: ExperimentSpec) -> Iterator[Finding]:
                        "§0.3: the batch=8 fault only showed after longer decodes")
 
 
-def align_is_comparable(spec: ExperimentSpec) -> Iterator[Finding]:
-    """mode: align compares greedy tokens and one prompt's prefill at a time (issue 15)."""
-    if spec.mode != "align":
-        return
-    if spec.sampling.temperature > 0:
-        yield _error("sampling.temperature", f"temperature {spec.sampling.temperature:g}: alignment compares greedy "
-                     "continuations; use 0", "vLLM's check_logprobs_close compares greedy runs (issue 15)")
-    if spec.batch:
-        yield _error("batch", "mode: align captures each prompt alone (its prefill is then the first forward); "
-                     "drop `batch`", "vLLM flattens a batch's tokens into one tensor (issue 15)")
-    if spec.parallel.tp > 1:
-        yield _warning("parallel.tp", f"tp={spec.parallel.tp}: rank 0's hidden state is compared, the full one "
-                       "after the row-parallel all-reduce inside each layer", "docs/alignment.md")
-    if (spec.align.reference if spec.align else "hf") == "hf" and spec.platform != "cpu":
-        yield _warning("align.reference", "reference: hf runs transformers in float32 on the node's CPU: only for a "
-                       "model that fits in host memory; take a stored run (run:ID) for a full-size one",
-                       "issue 15: a BF16 or CPU reference per platform")
-
-
 RULES: tuple[Rule, ...] = (
     decode_is_exercised,
     kv_cache_is_fp8_for_v4,
@@ -140,10 +122,31 @@ RULES: tuple[Rule, ...] = (
     switches_are_known,
     env_does_not_shadow_switches,
     batch_is_positive_sweep,
-    align_is_comparable,
-    *SERVE_RULES,  # mode: serve (issue 14)
 )
 
 
+def perf_is_measured(spec: ExperimentSpec) -> Iterator[Finding]:
+    """validate's findings on `expect.perf` (issue 29 S32): a metric the mode's job never records is a reference
+    every run fails ("not measured"), warned; a negative `max` for a duration is one no run can meet, refused."""
+    produced = SPEC_MODES[spec.mode].metrics()
+    for metric, bound in sorted(((spec.expect.perf or {}).items())):
+        path = f"expect.perf.{metric}"
+        if metric not in produced:
+            import difflib
+
+            near = difflib.get_close_matches(metric, sorted(produced), n=1)
+            article = "an" if spec.mode[0] in "aeiou" else "a"
+            yield Finding("warning", path, f"{article} {spec.mode} run records no metric {metric!r}"
+                                    + (f" (did you mean {near[0]!r}?)" if near else "")
+                                    + ": every run would be outside its reference, 'not measured'",
+                                    why=f"{spec.mode} runs record: {', '.join(sorted(produced))}")
+        if bound.max is not None and bound.max < 0 and is_duration(metric):
+            yield Finding("error", f"{path}.max", f"{bound.max:g} is negative: {metric} is a duration, "
+                                    "no run can take less than 0")
+
+
 def check_spec(spec: ExperimentSpec) -> list[Finding]:
-    return [finding for rule in RULES for finding in rule(spec)]
+    """The domain rules every spec meets, then its mode's own (spec.modes), then whether its performance
+    references can be measured at all."""
+    rules = (*RULES, *SPEC_MODES[spec.mode].rules, perf_is_measured)
+    return [finding for rule in rules for finding in rule(spec)]

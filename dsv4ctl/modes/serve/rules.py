@@ -19,7 +19,7 @@ JOB_FLAGS = ("--port", "--host", "--model")  # the job sets these itself (runtim
 
 
 def _serve(spec: ExperimentSpec):
-    return spec.load if spec.mode == "serve" and spec.load is not None else None
+    return spec.load  # these rules run for serve specs only (spec.modes)
 
 
 def rate_has_a_cap(spec: ExperimentSpec) -> Iterator[Finding]:
@@ -124,7 +124,7 @@ def max_tokens_fit_the_model(spec: ExperimentSpec) -> Iterator[Finding]:
 
 
 def job_flags_not_in_args(spec: ExperimentSpec) -> Iterator[Finding]:
-    if spec.mode != "serve" or spec.serve is None:
+    if spec.serve is None:
         return
     for arg in spec.serve.args:
         flag = arg.split("=", 1)[0]
@@ -215,3 +215,10 @@ def golden_needs_the_spec_requests(spec: ExperimentSpec) -> Iterator[Finding]:
 SERVE_RULES = (rate_has_a_cap, jsonl_dataset_exists, requests_dataset_sends_them_all, slo_can_be_measured,
                soak_is_bounded_by_time, golden_needs_the_spec_requests, max_tokens_fit_the_model,
                job_flags_not_in_args, load_fits_the_time_limit, no_cap_within_open_files)
+
+
+def metrics() -> frozenset[str]:
+    """What a serve job records: the serving summary's figures (judge/serving.py), plus engine_ready_s."""
+    from ...judge.serving import summary_names
+
+    return frozenset(summary_names()) | {"engine_ready_s"}
