@@ -211,9 +211,11 @@ def status(campaign: CampaignOpt = None,
     --timeout passed first, 4 if all passed but one is outside its performance reference."""
     from ..campaign.watch import poll_once, stuck_reason
 
+    from ..store.queries import in_flight_ids
+
     store = open_store(db, must_exist=True)
     campaign = store.campaign_name(campaign)
-    rows = store.runs(campaign=campaign) if campaign else store.runs_in_flight()
+    rows = store.runs(campaign=campaign) if campaign else store.runs_by_ids(in_flight_ids(store))
     ids = [r.id for r in rows]
     notes: list[str] = []
     if store.read_only:
@@ -221,7 +223,7 @@ def status(campaign: CampaignOpt = None,
     elif watch and ids:
         _watch_until_done(store, ids, timeout_s=timeout, on_stuck=on_stuck, campaign=campaign)
     elif ids:
-        notes = poll_once(store, ids if campaign else None).notes
+        notes = poll_once(store, ids).notes  # the runs found above: no second scan for them
     rows = store.runs_by_ids(ids)
     flying = {r.id for r in store.runs_in_flight(ids)} if ids else set()
     notes += [f"run {r.id} ({r.data.get('label')}) can never start as submitted: PENDING ({reason}); "
@@ -241,6 +243,9 @@ def status(campaign: CampaignOpt = None,
         raise typer.Exit(_wait_exit(store, ids) if ids else 0)
 
 
+DEFAULT_RUNS_SHOWN = 50
+
+
 def runs(experiment: Annotated[Optional[str], typer.Option(help="Only this experiment.")] = None,
          status: Annotated[Optional[str], typer.Option(
              help="Only runs whose verdict has this status (coherent, degenerate, crashed, ...; any case).")] = None,
@@ -248,36 +253,42 @@ def runs(experiment: Annotated[Optional[str], typer.Option(help="Only this exper
              help="Only runs in this scheduler state (COMPLETED, PENDING, ...; any case).")] = None,
          campaign: CampaignOpt = None,
          limit: Annotated[Optional[int], typer.Option(
-             "-n", "--limit", callback=at_least(1), help="Only the newest N runs (as `tail -n`).")] = None,
+             "-n", "--limit", callback=at_least(1),
+             help=f"Only the newest N runs (as `tail -n`) [default: {DEFAULT_RUNS_SHOWN}].", show_default=False)]
+         = None,
+         all_runs: Annotated[bool, typer.Option("--all", help="Every matching run (streamed, oldest first).")]
+         = False,
+         before: Annotated[Optional[int], typer.Option(
+             callback=at_least(1), help="Only runs older than this run id: the next page, as the note under a "
+                                        "cut listing says.")] = None,
          since: Annotated[Optional[str], typer.Option(
              help="Only runs submitted (or ingested) since then: a UTC date or time (2026-12-01, "
                   "2026-12-01T09:00), or an age (90m, 6h, 2d), as `sacct -S`.")] = None,
          db: DbOpt = None, json: JsonOpt = False) -> None:
-    """List recorded runs. An unknown status, state or campaign is a usage error (exit 2) naming the known ones."""
+    """List recorded runs: the newest 50 unless --limit or --all (oldest first, as `tail`). An unknown status,
+    state or campaign is a usage error (exit 2) naming the known ones."""
+    from ..errors import UsageError
+    from ..store.queries import RunFilter, iter_runs, newest_runs
     from ..units import since_cutoff
+    from .run_view import stream_json
 
-    cutoff = since_cutoff(since) if since else None
+    if all_runs and limit is not None:
+        raise UsageError("--all and --limit: give one (--all lists every matching run)")
+    wanted = RunFilter(experiment, state, campaign, status, since_cutoff(since) if since else None)
     store = open_store(db, must_exist=True)
-    rows = store.runs(experiment=experiment, state=state, campaign=campaign, status=status)
-    if cutoff is not None:
-        rows = [r for r in rows if _recorded_at(r) >= cutoff]
-    if limit is not None:
-        rows = rows[-limit:]
-    if json:
-        output.emit_json([_run_json(store, r) for r in rows])
+    if all_runs:
+        rows, page = iter_runs(store, wanted, before), None
     else:
-        _runs_table(store, rows, f"{len(rows)} run(s)")
-
-
-def _recorded_at(row):
-    from datetime import datetime, timezone
-
-    stamp = row.data.get("submitted_at") or row.data.get("updated_at") or ""
-    try:
-        when = datetime.fromisoformat(stamp)
-    except ValueError:
-        return datetime.min.replace(tzinfo=timezone.utc)
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+        page = newest_runs(store, wanted, limit or DEFAULT_RUNS_SHOWN, before)
+        rows = page.rows
+    if json:
+        stream_json(_run_json(store, r) for r in rows)
+    else:
+        rows = list(rows)
+        _runs_table(store, rows, f"{len(rows)} run(s)" + (" (the newest)" if page and page.older else ""))
+    if page and page.older:
+        output.warn(f"older runs match too: `dsv4ctl runs --before {page.next_before}` shows the page before, "
+                    "--all every one")
 
 
 def show(run: RunArg, db: DbOpt = None, json: JsonOpt = False) -> None:

@@ -113,3 +113,18 @@ def compact(value) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items())
     return ", ".join(map(str, value))
+
+
+def stream_json(items) -> None:
+    """A JSON array written item by item (`runs --all --json` on a year of runs holds one page in memory, and a
+    reader sees the first runs at once); the same text `json.loads` reads as a list."""
+    import json
+    import sys
+
+    written = 0
+    sys.stdout.write("[")
+    for item in items:
+        text = json.dumps(item, indent=2, ensure_ascii=False, default=str).replace("\n", "\n  ")
+        sys.stdout.write(("," if written else "") + "\n  " + text)
+        written += 1
+    sys.stdout.write("\n]\n" if written else "]\n")

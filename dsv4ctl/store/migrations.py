@@ -114,9 +114,26 @@ def m009_ingest(db: sqlite_utils.Database) -> None:
     db["runs"].create_index(["content_sha256"])
 
 
+def m010_indexes(db: sqlite_utils.Database) -> None:
+    # Issue 25: a database a team fills for a year (100k runs and more). An index for every filter and join the
+    # commands use (tests/test_db_indexes.py reads EXPLAIN QUERY PLAN for each), and the provenance of runs
+    # brought in by `dsv4ctl db import`: `runs.origin_json` (who, which host, which database first recorded the
+    # run; NULL for a run recorded here) and one `imports` row per import.
+    db.execute("CREATE INDEX IF NOT EXISTS idx_runs_campaign ON runs (campaign_id, state, ingested)")
+    db.execute("CREATE INDEX IF NOT EXISTS idx_runs_experiment_id ON runs (experiment_id)")
+    db.execute("CREATE INDEX IF NOT EXISTS idx_runs_recorded_at ON runs (coalesce(submitted_at, updated_at))")
+    # runs_in_flight: the runs a poll follows, from an index that skips the judged-with-an-error ones
+    db.execute("CREATE INDEX IF NOT EXISTS idx_runs_followed ON runs (state, ingested) WHERE judge_error IS NULL")
+    db.execute("CREATE INDEX IF NOT EXISTS idx_verdicts_status ON verdicts (status)")
+    db.execute("CREATE INDEX IF NOT EXISTS idx_bisect_campaigns_bisection ON bisect_campaigns (bisection_id)")
+    db["runs"].add_column("origin_json", str)
+    db["imports"].create({"id": int, "bundle_sha256": str, "source_json": str, "runs_added": int,
+                          "runs_present": int, "notes_json": str, "imported_at": str}, pk="id")
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (m001_initial, m002_campaign_plan,
                                                                     m003_judge_error, m004_labels, m005_versions,
-                                                                    m006_perf, m007_align, m008_bisect, m009_ingest)
+                                                                    m006_perf, m007_align, m008_bisect, m009_ingest,
+                                                                    m010_indexes)
 
 
 def _recorded_migrations(db: sqlite_utils.Database) -> set[str]:
