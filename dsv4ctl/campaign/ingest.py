@@ -30,7 +30,6 @@ MAX_LOG_BYTES = 16 << 30  # a 1 GiB log ingests in under a second; past 16 GiB i
 MAX_SACCT_BYTES = 64 << 20
 SNIFF_BYTES = 64 << 10
 INGESTED_DIR = "ingested"
-ALIGN_FILES = ("engine.json", "engine.safetensors", "reference.json", "reference.safetensors", "align.json")
 
 
 class NotALog(UsageError):
@@ -119,21 +118,14 @@ def copy_hashing(source: Path, target: Path, limit: int) -> str:
 
 
 def copy_evidence(source_dir: Path, target: Path, mode: str, facts) -> None:
-    """What the mode's judge reads beside raw.log: a serve run's files, an align run's capture and spec.json."""
-    from ..judge.serve_files import FILES
-    from ..spec.render import SNAPSHOT_NAME
+    """What the mode's judge reads beside raw.log (the mode's `evidence`: a serve run's files, an align run's
+    capture and spec.json), copied when present."""
+    from ..modes.registry import mode_of
 
-    names: list[str] = []
-    if mode == "serve":
-        listed = facts.serve.get("files") if isinstance(facts.serve.get("files"), dict) else {}
-        names = list(FILES.values()) + [n for n in listed.values()
-                                        if isinstance(n, str) and n and Path(n).name == n and not n.startswith(".")]
-    elif mode == "align":
-        names = [SNAPSHOT_NAME] + [f"align/{n}" for n in ALIGN_FILES]
-        (target / "align").mkdir(exist_ok=True)
-    for name in dict.fromkeys(names):
+    for name in dict.fromkeys(mode_of(mode).evidence(facts)):
         found = source_dir / name
         if found.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(found, target / name)
 
 
@@ -182,7 +174,7 @@ def _ingest_copy(store: Store, log: Path, sacct: Path | None, target: Path, toke
                  mode: str | None, again: bool, force: bool) -> Ingested:
     from ..judge.rules import VerdictOptions
     from ..judge.scan import parse_file
-    from ..modes.registry import judge_log, log_mode
+    from ..modes.registry import judge_log, log_mode, mode_of
     from ..spec.render import RAW_LOG_NAME
 
     copied = target / RAW_LOG_NAME
@@ -206,10 +198,11 @@ def _ingest_copy(store: Store, log: Path, sacct: Path | None, target: Path, toke
     copy_evidence(log.parent, target, found_mode, facts)
     judgement = judge_log(copied, sacct_copy, mode=found_mode, facts=facts)
     described = {"name": experiment, "ingested": True, "switches": dict(sorted(switches.items()))}
-    if found_mode != "offline":  # offline ingests keep the experiment hash they had before issue 29
+    found = mode_of(found_mode)
+    if found.named_in_experiment:  # the default mode's ingests keep the experiment hash they had before issue 29
         described["mode"] = found_mode
-    if judgement.alignment is not None:
-        described["align"] = judgement.alignment.pop("settings")
+    if judgement.record is not None and found.settings_section:
+        described[found.settings_section] = judgement.record.pop("settings")
     text = json.dumps(described, sort_keys=True)
     experiment_id = store.experiment_id(experiment, hashlib.sha256(text.encode()).hexdigest()[:12], text, str(log))
     verdict = judgement.verdict
@@ -223,5 +216,5 @@ def _ingest_copy(store: Store, log: Path, sacct: Path | None, target: Path, toke
         run_dir=str(target), log_path=str(copied), switches_json=json.dumps(switches),
         tags=",".join(tags), ingested=1, point_json="{}", repeat_index=0, git_sha=git_sha, content_sha256=sha,
         source_path=str(log.absolute()), sacct_path=str(sacct_copy) if sacct_copy else None)
-    record_verdict(store, run_id, verdict.to_json(), read_versions(copied), judgement.alignment)
+    record_verdict(store, run_id, verdict.to_json(), read_versions(copied), found_mode, judgement.record)
     return Ingested(run_id, verdict, found_mode, copy_of=earlier[0].id if earlier else None)

@@ -20,7 +20,7 @@ from ..scheduler import JobRef, JobStatus, get_scheduler
 from ..store import SUBMITTING, RunRow, Store, StoreError
 from ..versions import read_versions
 from .verdicts import record_verdict
-from ..judge.rules import Verdict, VerdictOptions, judge, options_for_spec
+from ..judge.rules import Verdict, VerdictOptions, options_for_spec
 
 class WaitTimedOut(Dsv4Error):
     """A wait's --timeout passed with runs still in flight (they go on; exit 3)."""
@@ -54,16 +54,17 @@ def judge_run(store: Store, row: RunRow, status: JobStatus | None) -> Verdict:
 
 def stored_mode(snapshot: dict[str, Any]) -> str:
     """A stored run's mode: its spec's, or for an ingested run the one its log's markers (or --mode) gave."""
-    return snapshot.get("mode") or "offline"
+    from ..spec.models import DEFAULT_MODE
+
+    return snapshot.get("mode") or DEFAULT_MODE
 
 
 def judge_stored(store: Store, row: RunRow, scheduler: SchedulerSummary | None) -> Verdict:
     """The one judgement of a stored run (issue 29), submitted or ingested: the mode's judge (modes.judge_facts),
     an align run compared from its capture, the verdict stored. An ingested run is judged as it was at ingest: the
     default options, its copied log and the serve files or capture copied beside it."""
-    from ..modes.align.result import judged
     from ..judge.scan import LogFacts
-    from ..modes.registry import judge_facts
+    from ..modes.registry import mode_of
 
     snapshot = json.loads(store.spec_json(row.experiment_id))
     mode = stored_mode(snapshot)
@@ -81,11 +82,10 @@ def judge_stored(store: Store, row: RunRow, scheduler: SchedulerSummary | None) 
             facts = parse_file(str(log), options) if row.ingested else parse_file(str(log))
     except OSError as exc:
         raise LogError(f"cannot read log {log}: {exc}") from None
-    verdict = judge_facts(facts, scheduler, mode, spec, Path(row.run_dir), options)
-    alignment = None
-    if mode == "align":  # compared again from its capture files, whatever the log says (issue 15)
-        verdict, alignment = judged(store, row.id, verdict)
-    record_verdict(store, row.id, verdict.to_json(), read_versions(log), alignment)
+    found = mode_of(mode)
+    verdict = found.judge(facts, scheduler, spec, Path(row.run_dir), options)
+    verdict, record = found.settle_stored(store, row.id, verdict)  # an align run: compared from its capture again
+    record_verdict(store, row.id, verdict.to_json(), read_versions(log), mode, record)
     return verdict
 
 

@@ -398,6 +398,7 @@ def ingest(log: Annotated[Path, typer.Option("--log", help="Raw log of an earlie
     """Import the log of an earlier run: copied into the runs directory, judged by its mode and stored like a
     submitted one. The same log twice is refused (exit 2) unless --again."""
     from ..campaign.ingest import ingest_log, ingest_root
+    from ..modes.registry import mode_of
 
     store = open_store(db)
     done = ingest_log(store, log, experiment, sacct, switch or [], tag or [], label, git_sha,
@@ -415,7 +416,7 @@ def ingest(log: Annotated[Path, typer.Option("--log", help="Raw log of an earlie
         output.text(f"run {run_id} ({row.label}): {verdict.status}{' (passed)' if verdict.passed else ''}"
                     f"{' FALSE GREEN' if verdict.false_green else ''}"
                     f"{' OUTSIDE ITS PERFORMANCE REFERENCE' if perf and not perf['within'] else ''}"
-                    + (f" [{done.mode}]" if done.mode != "offline" else ""))
+                    + (f" [{mode_of(done.mode).tag}]" if mode_of(done.mode).tag else ""))
         output.text(f"next: dsv4ctl verdict {row.label}")
 
 
@@ -443,8 +444,12 @@ def init(directory: Annotated[Path, typer.Argument(help="Where to write dsv4ctl.
     below then uses its database and runs directory."""
     from ..config import write_starter
 
+    from ..store.filesystem import journal_for
+
     path = write_starter(directory)
     output.text(f"wrote {path}: edit it, then `dsv4ctl runs` from anywhere below {path.parent.resolve()}")
+    database = path.parent.resolve() / "results.db"
+    output.text(f"database {database}: {journal_for(database).describe(database)}")
 
 
 def register(app: typer.Typer) -> None:
