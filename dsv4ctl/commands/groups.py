@@ -27,6 +27,7 @@ GROUPS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("compare", "Is the candidate faster, and still correct?"),
         ("report", "A campaign as a self-contained HTML, Markdown or JSON page."),
         ("history", "A metric of passed runs over commits or dates."),
+        ("profile", "Where the time goes in a run (by category, module), A vs B."),
         ("reference", "Performance references that passed runs are checked against."),
     )),
     ("Bisect", (

@@ -130,10 +130,24 @@ def m010_indexes(db: sqlite_utils.Database) -> None:
     db["imports"].create({"id": int, "bundle_sha256": str, "source_json": str, "runs_added": int,
                           "runs_present": int, "notes_json": str, "imported_at": str}, pk="id")
 
+def m011_profiles(db: sqlite_utils.Database) -> None:
+    # Issue 23: where the time went in a profiled run (dsv4ctl/profile/store.py), one row per run, rank, window and
+    # hash of the category rules used (a breakdown under other rules is another row, never an equal), and its
+    # category, module and top-kernel figures.
+    key = {"run_id": int, "rank": int, "window": str, "rules_hash": str}
+    db["profiles"].create({**key, "trace_path": str, "device": str, "kernel_us": float, "busy_us": float,
+                           "idle_us": float, "span_us": float, "steps": int, "launches": int,
+                           "unattributed_us": float, "events": int, "meta_json": str, "created_at": str},
+                          pk=tuple(key), foreign_keys=[("run_id", "runs", "id")])
+    db["profile_rows"].create({**key, "kind": str, "name": str, "kernel_us": float, "count": int},
+                              foreign_keys=[("run_id", "runs", "id")])
+    db.execute("CREATE INDEX IF NOT EXISTS idx_profile_rows_key ON profile_rows (run_id, rank, window, rules_hash)")
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (m001_initial, m002_campaign_plan,
                                                                     m003_judge_error, m004_labels, m005_versions,
                                                                     m006_perf, m007_align, m008_bisect, m009_ingest,
-                                                                    m010_indexes)
+                                                                    m010_indexes, m011_profiles)
 
 
 def _recorded_migrations(db: sqlite_utils.Database) -> set[str]:
