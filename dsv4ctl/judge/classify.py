@@ -87,6 +87,13 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                                                r"|Engine process \(pid \d+\) died")),  # V0 serve's MQLLMEngine
     ("worker_death", "fatal_check", re.compile(r"\bCheck failed: ")),  # a C++ process's fatal CHECK (glog, Ray)
     ("setup", "setup_error", re.compile(r"Lmod has detected the following error|: command not found$")),
+    # A container that never started (docker's daemon refusing the GPU request), a build that failed (pip, CMake).
+    ("setup", "container_error", re.compile(r"^(?:docker: )?Error response from daemon: |nvidia-container-cli: \w+ error")),
+    ("setup", "build_error", re.compile(r"^\s*(?:CMake Error at |ninja: build stopped: |ERROR: Failed building wheel for )")),
+    # Another runtime's fatal crash: a Go panic (gin's per-request recovery prints the runtime error bare) or a
+    # Rust panic.
+    ("signal", "runtime_panic", re.compile(r"^panic: \S|^runtime error: |^fatal error: [a-z]"
+                                            r"|^thread '[^']*' panicked at ")),
     ("oom", "oom_kill", re.compile(r"Out of memory: Kill(?:ed)? process|invoked oom-killer|oom_kill_process"
                                    r"|^srun: error: \S+: tasks? [\d,\-]+: Out Of Memory")),
     ("signal", "fatal_signal", re.compile(

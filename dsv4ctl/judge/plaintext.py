@@ -9,7 +9,10 @@ result (source `plain_text`) whose shown text starts at the line where the probl
 quotes.
 
 A bare line is one the scanner read and found nothing in: no logger level, no marker, no error, no traceback frame.
-Any other line ends the block. Blocks that hold no letters, or less than MIN_CHARS of text, are not kept. A line of
+Any other line ends the block, and so does a bare line that reads as a log's, not a model's (`log_line`): a
+timestamp, a hex id or address, a `file:line`, a command with its flags, `key=value` fields, an aligned `Key:  value`
+table, Python's `^^^^` markers, a `=== banner ===`. A bare line that names an error (`... failed`, `Error ...`)
+means the log is a failure the scanner has no name for: then no block is judged at all (a log is not an answer). Blocks that hold no letters, or less than MIN_CHARS of text, are not kept. A line of
 several words equal to the one before it is kept once: a log repeats whole lines by design (each rank prints the
 same debug line, a poll prints its wait), while a model's loop is judged inside the text it printed (or one token
 per line).
@@ -38,14 +41,41 @@ class PlainBlock:
         return "\n".join(self.lines)
 
 
+# What a log's lines have and a model's prose does not.
+_LOG_LINE = re.compile(
+    r"\b\d{1,2}:\d{2}:\d{2}\b|\b\d{4}[-/]\d{2}[-/]\d{2}\b"  # a time of day, a date
+    r"|^\s*\{\"\w+\":|\b\d{1,3}(?:\.\d{1,3}){3}\b"  # a JSON record, an IP address
+    r"|\b0x[0-9a-fA-F]{4,}|\b(?=[a-f]*\d)(?=\d*[a-f])[0-9a-f]{12,}\b"  # an address, a hash or id
+    r"|\w\.[A-Za-z]{1,4}:\d+\b"  # file.py:123
+    r"|(?:^|\s)--?[A-Za-z][\w-]*(?:[= ]\S+)?\s+--?[A-Za-z]"  # a command with two flags
+    r"|^\s*(?:\$|\+{1,3}|#) \S|^\(\w+\) \S+@\S+[:$]|^\S+@[\w.-]+:\S*[$#]"  # a shell prompt or its trace
+    r"|(?:\b[A-Za-z_][\w.]*=\S+.*){2}"  # key=value fields
+    r"|^\s*[A-Za-z][\w .()/-]{0,40}:(?:\s{2,}|\t)\S"  # an aligned `Key:   value` table (lscpu, env dumps)
+    r"|^\t\w[\w ]{0,30}: \S"  # Ray's tab-indented `\tkey: value`
+    r"|^\s*[~^]{3,}\s*$"  # Python's markers under the code of a frame
+    r"|^\s*[=*#-]{3,} .* [=*#-]{3,}\s*$")  # a `=== 1 failed in 2.0s ===` banner
+_ERROR_WORDS = re.compile(r"\b(?:error|exception|fatal|failed|failure|panic|panicked|aborted|traceback|segfault"
+                          r"|core dumped|denied|refused)\b", re.I)
+
+
+def log_line(content: str) -> bool:
+    """Whether a bare line reads as a log's line (a record, a command, a table row), not a model's words."""
+    return bool(_LOG_LINE.search(content))
+
+
 class PlainBlocks:
     """Collects runs of bare lines; `add` one per bare line, `end` at any other line."""
 
     def __init__(self) -> None:
         self.blocks: list[PlainBlock] = []
         self._open: PlainBlock | None = None
+        self.names_error = False  # a bare line said an error the scanner has no name for: the log is a log
 
     def add(self, line_no: int, content: str) -> None:
+        if log_line(content) or _ERROR_WORDS.search(content):
+            self.names_error = self.names_error or bool(_ERROR_WORDS.search(content))
+            self.end()
+            return
         block = self._open
         if block is None:
             if len(self.blocks) >= MAX_BLOCKS or not content.strip():
@@ -144,9 +174,10 @@ def _tail_start(lines: list[str]) -> int:
     return at
 
 
-def plain_result(facts, blocks: list[PlainBlock], max_repeat_run: int) -> PlainAnswer | None:
+def plain_result(facts, plain: PlainBlocks, max_repeat_run: int) -> PlainAnswer | None:
     """The plain-text answer to judge, when the log holds no output in a known shape and no error of any kind."""
-    if not blocks or facts.request_count or facts.nonfinite or facts.http_500_count:
+    blocks = plain.blocks
+    if not blocks or plain.names_error or facts.request_count or facts.nonfinite or facts.http_500_count:
         return None
     if (facts.tracebacks or facts.line_errors or facts.orphan_exceptions or facts.logged_errors
             or facts.scheduler_events or facts.setup_errors or facts.unreadable):

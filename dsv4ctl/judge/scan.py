@@ -126,7 +126,7 @@ class LogParser(RecordHandlers):
 
     def _plain_answer(self) -> None:
         limit = self.options.merged_with(self.facts.expect).max_repeat_run
-        answer = plaintext.plain_result(self.facts, self._plain.blocks, limit)
+        answer = plaintext.plain_result(self.facts, self._plain, limit)
         if answer is not None:
             self._printed_request(answer.line, answer.text, None, "plain_text")
             self.facts.requests[-1].output_repr = repr(answer.shown[:4096])
