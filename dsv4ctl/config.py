@@ -148,14 +148,13 @@ def backend(flag: str | None = None) -> str:
     return resolve(flag, BACKEND_ENV, config.backend, DEFAULT_BACKEND, config.path).value
 
 
-def database_note(found: Resolved) -> str | None:
-    """What to tell the user about the database in use, unless it is the obvious ./results.db."""
-    if found.origin == "flag":
-        return None  # they named it themselves
-    if Path(found.value).resolve() == (Path.cwd() / DEFAULT_DB).resolve():
-        return None
+def database_note(found: Resolved, journal: str | None = None) -> str | None:
+    """What to tell the user about the database in use, unless it is the obvious ./results.db; `journal` (the
+    line of a database on a shared filesystem, not in WAL mode) is said always."""
+    if found.origin == "flag" or Path(found.value).resolve() == (Path.cwd() / DEFAULT_DB).resolve():
+        return f"using {Path(found.value).resolve()}: {journal}" if journal else None  # named, or the obvious
     where = f"from {found.origin}" if not found.is_default else "the default"
-    return f"using {Path(found.value).resolve()} ({where})"
+    return f"using {Path(found.value).resolve()} ({where})" + (f"; {journal}" if journal else "")
 
 
 STARTER = """\

@@ -17,7 +17,8 @@ from typing import Any
 
 import sqlite_utils
 
-from .dbfile import StoreError, connect, set_wal, writable
+from .dbfile import StoreError, connect, set_journal, writable
+from .filesystem import journal_for
 from .migrations import check_version, migrate
 from .values import (FINAL, INT64_MAX, LATEST, NOT_WAITING, SUBMITTING, CampaignNotFound, LabelTaken, RunNotFound,
                      bindable, check_chosen_label, closest, finite_number, known_state, known_status, now)
@@ -60,10 +61,11 @@ class Store:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.read_only = not writable(self.path)
-        conn = connect(self.path, self.read_only)
+        self.journal = journal_for(self.path)  # WAL, or a rollback journal on a shared filesystem
+        conn = connect(self.path, self.read_only, self.journal.shared)
         if not self.read_only:
             try:
-                set_wal(conn)
+                set_journal(conn, self.journal.shared)
             except StoreError as exc:
                 if not self.path.exists() or "read-only" not in str(exc):
                     raise
@@ -382,7 +384,8 @@ def open_store(path: str | os.PathLike[str] | None = None, announce: Callable[[s
         error.hint = ("run from the project's folder, give --db PATH, or write a dsv4ctl.toml there with "
                       "`dsv4ctl init` so every subfolder finds it")
         raise error
-    note = database_note(found) if announce else None
+    journal = journal_for(Path(found.value))
+    note = database_note(found, journal.describe(Path(found.value)) if journal.shared else None) if announce else None
     if note:
         announce(note)
     return Store(found.value)

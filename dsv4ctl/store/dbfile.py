@@ -104,7 +104,8 @@ def check_path(path: Path) -> None:
         raise StoreError(f"{path}: is not a regular file (a device or a pipe), so it cannot hold a database")
 
 
-def connect(path: Path, read_only: bool) -> _GuardedConnection:
+def connect(path: Path, read_only: bool, shared: bool = False) -> _GuardedConnection:
+    """A connection; on a shared filesystem (`shared`) through SQLite's dot-file locking (store/filesystem.py)."""
     check_path(path)
     if read_only:
         # mode=ro needs the -shm file or a writable folder; immutable=1 reads a WAL file in a read-only folder.
@@ -115,7 +116,11 @@ def connect(path: Path, read_only: bool) -> _GuardedConnection:
             return conn
         except StoreError:
             uri += "&immutable=1"
-    conn = _open(uri if read_only else str(path), path)
+    if not read_only and shared:
+        uri = f"file:{urllib.parse.quote(str(path.absolute()))}?vfs=unix-dotfile"
+    conn = _open(uri if read_only or shared else str(path), path)
+    if shared and not read_only:
+        conn.execute("PRAGMA locking_mode = EXCLUSIVE")  # a file left in WAL mode opens only so (set_journal)
     _guard(lambda: conn.execute("SELECT count(*) FROM sqlite_master").fetchone(), path)
     return conn
 
@@ -130,6 +135,29 @@ def _open(target: str, path: Path) -> _GuardedConnection:
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000:d}")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
+
+
+def set_journal(conn: _GuardedConnection, shared: bool) -> None:
+    """WAL, or on a shared filesystem a rollback journal. A database left in WAL mode cannot be opened without
+    shared memory, which dot-file locking has none of: it is taken in exclusive locking mode (WAL then lives in
+    this process's memory) for the switch, then given back."""
+    if not shared:
+        set_wal(conn)
+        return
+    _retry_locked(lambda: conn.execute("PRAGMA journal_mode = DELETE").fetchone())
+    conn.execute("PRAGMA locking_mode = NORMAL")
+    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the next read lets the exclusive lock go
+
+
+def _retry_locked(call: Callable[[], Any]) -> Any:
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            return call()
+        except StoreError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def set_wal(conn: _GuardedConnection) -> None:
