@@ -1,5 +1,5 @@
 """Which trace files a target names: a trace file, a folder of them (a run's ranks), or a stored run, whose
-probe printed where its traces went (`DSV4_PROFILE {...}` in raw.log) beside raw.log in `<run dir>/profile/`."""
+probe printed where its traces went (`DSV4_PROFILE: {...}` in raw.log) beside raw.log in `<run dir>/profile/`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ..errors import UsageError
 
 TRACE_GLOBS = ("*.pt.trace.json", "*.pt.trace.json.gz", "*kernel_trace.csv", "*_results.json", "*.trace.json",
                "*.trace.json.gz")
-PROFILE_MARKER = "DSV4_PROFILE "
+PROFILE_MARKER = "DSV4_PROFILE: "  # runtime/dsv4rt/profiling.py prints it
 MAX_TRACE_FILES = 1024  # ranks of one run (8 nodes of 8 is 64)
 _RANK = re.compile(r"(?:rank|_tp|tp)(\d+)")
 
@@ -46,7 +46,7 @@ def rank_hint(path: Path) -> int | None:
 
 
 def profile_marker(log_path: Path | None) -> dict[str, Any] | None:
-    """The last `DSV4_PROFILE {...}` line of a run's raw.log, read line by line."""
+    """The last `DSV4_PROFILE: {...}` line of a run's raw.log, read line by line."""
     if log_path is None or not log_path.is_file():
         return None
     found = None

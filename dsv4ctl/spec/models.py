@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field
 
 from .. import limits
 from . import switches as switch_registry
+from ..profile.section import ProfileSpec  # issue 23: the profile capability owns its section
 
 # Names become Slurm job names and directory names: keep them to characters that need no quoting anywhere.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+=,-]{0,127}$"
@@ -350,6 +351,7 @@ class ExperimentSpec(_Strict):
     serve: ServeSpec | None = None
     load: LoadSpec | None = None
     align: AlignSpec | None = None
+    profile: ProfileSpec | None = Field(None, exclude_if=lambda v: v is None)  # absent: hash unchanged
 
     @model_validator(mode="after")
     def _mode_sections(self) -> "ExperimentSpec":

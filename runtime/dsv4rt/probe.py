@@ -18,7 +18,7 @@ from typing import Any
 
 from dsv4ctl.judge import markers  # dsv4rt's __init__ puts dsv4ctl on sys.path
 
-from . import faults
+from . import faults, profiling
 
 EXIT_NOT_COHERENT = 2
 
@@ -188,7 +188,7 @@ def main(argv: list[str]) -> int:
     from vllm import LLM
 
     started = time.perf_counter()
-    llm = LLM(**engine_kwargs(spec))
+    llm = LLM(**engine_kwargs(spec), **profiling.engine_kwargs(spec))
     engine_ready_s = time.perf_counter() - started
     say(markers.engine_ready_line(engine_ready_s))
     requests = batch_requests(spec)
@@ -205,6 +205,7 @@ def main(argv: list[str]) -> int:
         generate(llm, requests, params)
     timings = []
     outputs: list[Any] = []
+    profiling.start(llm, spec)  # issue 23: a window of engine steps, when the spec has `profile:`
     for _ in range(max(1, throughput.get("iterations") or 0)):
         if fault == "decode-exception":
             raise RuntimeError("DSV4_FAULT decode-exception: injected failure during decode")
@@ -214,6 +215,7 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         outputs = generate(llm, requests, params)
         timings.append(time.perf_counter() - t0)
+    profiling.stop(llm, spec)
     tokenizer = llm.get_tokenizer()
     blocks = []
     for index, out in enumerate(outputs):

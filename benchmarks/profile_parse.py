@@ -1,0 +1,129 @@
+"""Time and peak memory of reading a big torch trace: dsv4ctl's streaming reader, a plain json.load with a
+hand-written kernel sum, ijson (when a venv with it is given) and HTA (when a venv with holistictraceanalysis is
+given), each in its own process on the same file; and each one's total kernel time against the trace's own sum.
+
+    python benchmarks/profile_parse.py --make /tmp/big.pt.trace.json.gz --events 800000
+    python benchmarks/profile_parse.py /tmp/big.pt.trace.json.gz [--ijson-venv V] [--hta-venv V]
+
+The made trace is GPU-shaped (Kineto's layout: python_function module frames, cpu_op, cuda_runtime launches with
+`correlation`, kernels on two streams); its own kernel sum is written beside it (`.sum.json`)."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = [("Cijk_Alik_Bljk_BBS_BH_MT128x128x64", 40.0), ("fused_moe_kernel", 90.0),
+           ("_fwd_sparse_decode_kernel", 55.0), ("triton_poi_fused_add_mul_0", 4.0),
+           ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>", 3.0),
+           ("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", 20.0)]
+FRAMES = ["DeepseekV4ForCausalLM", "DeepseekV4DecoderLayer", "DeepseekV4MoE", "DeepseekV4MLP",
+          "MergedColumnParallelLinear"]
+
+
+def make(path: Path, events: int) -> None:
+    rng = random.Random(0)
+    total, n, t, corr = 0.0, 0, 1000.0, 1
+    with gzip.open(path, "wt", encoding="utf-8", compresslevel=6) as f:
+        f.write('{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}], "with_stack": 1, '
+                '"distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8}, "displayTimeUnit": "ms", '
+                '"baseTimeNanoseconds": 1700000000000000000, "traceEvents": [\n')
+        first = True
+        while n < events:
+            name, dur = KERNELS[corr % len(KERNELS)]
+            dur = round(dur * (0.8 + 0.4 * rng.random()), 3)
+            batch = [{"ph": "X", "cat": "python_function", "name": f"nn.Module: {fr}_{corr % 61}", "pid": 7,
+                      "tid": 7, "ts": round(t + i * 0.1, 3), "dur": round(20.0 - i * 0.3, 3),
+                      "args": {"Python parent id": corr * 8 + i - 1, "Python id": corr * 8 + i,
+                               "Python module id": i, "Ev Idx": n + i}} for i, fr in enumerate(FRAMES[:2])]
+            batch.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7, "ts": round(t + 2, 3),
+                          "dur": 8.0, "args": {"External id": corr, "Record function id": 0, "Ev Idx": n + 5,
+                                               "Sequence number": corr, "Fwd thread id": 0}})
+            batch.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 7, "tid": 7,
+                          "ts": round(t + 3, 3), "dur": 4.0, "args": {"External id": corr, "cbid": 211,
+                                                                      "correlation": corr}})
+            batch.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 13 if "nccl" in name else 7,
+                          "ts": round(t + 10, 3), "dur": dur,
+                          "args": {"External id": corr, "queued": 0, "device": 0, "context": 1, "stream": 7,
+                                   "correlation": corr, "registers per thread": 128, "shared memory": 0,
+                                   "blocks per SM": 1.2, "warps per SM": 9.5, "grid": [132, 1, 1],
+                                   "block": [256, 1, 1], "est. achieved occupancy %": 12}})
+            total += dur
+            for e in batch:
+                f.write(("" if first else ",\n") + json.dumps(e))
+                first = False
+            n += len(batch)
+            corr += 1
+            t += 30.0
+        f.write('\n], "traceName": "big.pt.trace.json"}\n')
+    path.with_suffix(".sum.json").write_text(json.dumps({"kernel_us": total, "events": n}))
+
+
+DSV4 = ("import resource, sys, time\nt = time.perf_counter()\nfrom dsv4ctl.profile.breakdown import read_breakdown\n"
+        "b = read_breakdown(sys.argv[1])\nprint(time.perf_counter() - t, b.kernel_us, "
+        "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+JSON_LOAD = ("import gzip, json, resource, sys, time\nt = time.perf_counter()\nd = json.load(gzip.open(sys.argv[1]))\n"
+             "k = sum(e.get('dur', 0) for e in d['traceEvents'] if e.get('cat') == 'kernel')\n"
+             "print(time.perf_counter() - t, k, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+IJSON = ("import gzip, ijson, resource, sys, time\nt = time.perf_counter()\nk = 0.0\n"
+         "for e in ijson.items(gzip.open(sys.argv[1]), 'traceEvents.item', use_float=True):\n"
+         "    if e.get('cat') == 'kernel': k += e.get('dur', 0)\n"
+         "print(time.perf_counter() - t, k, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, ijson.backend)")
+HTA = ("import resource, sys, time, os, shutil, tempfile\nt = time.perf_counter()\n"
+       "from hta.trace_analysis import TraceAnalysis\nd = tempfile.mkdtemp()\n"
+       "shutil.copy(sys.argv[1], os.path.join(d, 'rank0.pt.trace.json.gz'))\n"
+       "a = TraceAnalysis(trace_dir=d)\ndf = a.t.get_trace(0)\nsym = a.t.symbol_table.get_sym_id_map()\n"
+       "k = df[df['cat'] == sym.get('kernel', -1)]['dur'].sum()\n"
+       "print(time.perf_counter() - t, float(k), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+
+
+def measure(label: str, python: str, code: str, path: Path) -> dict:
+    done = subprocess.run([python, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    if done.returncode != 0:
+        return {"reader": label, "error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
+    seconds, kernel, rss, *rest = done.stdout.split()
+    return {"reader": label, "seconds": round(float(seconds), 2), "kernel_us": float(kernel),
+            "peak_mib": round(int(rss) / 1024), **({"backend": rest[0]} if rest else {})}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace", type=Path, nargs="?")
+    ap.add_argument("--make", type=Path)
+    ap.add_argument("--events", type=int, default=800_000)
+    ap.add_argument("--ijson-venv", type=Path)
+    ap.add_argument("--hta-venv", type=Path)
+    ap.add_argument("--skip-json-load", action="store_true")
+    args = ap.parse_args()
+    if args.make:
+        t = time.perf_counter()
+        make(args.make, args.events)
+        raw = sum(len(c) for c in iter(lambda f=gzip.open(args.make): f.read(1 << 24), b""))
+        print(json.dumps({"made": str(args.make), "seconds": round(time.perf_counter() - t, 1),
+                          "gzip_mb": round(args.make.stat().st_size / 1e6, 1), "json_mb": round(raw / 1e6, 1),
+                          **json.loads(args.make.with_suffix(".sum.json").read_text())}))
+        return
+    own = json.loads(args.trace.with_suffix(".sum.json").read_text())
+    rows = [measure("dsv4ctl (raw_decode on chunks)", sys.executable, DSV4, args.trace)]
+    if not args.skip_json_load:
+        rows.append(measure("json.load + kernel sum", sys.executable, JSON_LOAD, args.trace))
+    if args.ijson_venv:
+        rows.append(measure("ijson items + kernel sum", str(args.ijson_venv / "bin" / "python"), IJSON, args.trace))
+    if args.hta_venv:
+        rows.append(measure("HTA TraceAnalysis", str(args.hta_venv / "bin" / "python"), HTA, args.trace))
+    for row in rows:
+        if "kernel_us" in row:
+            row["kernel_sum_error"] = abs(row["kernel_us"] - own["kernel_us"]) / own["kernel_us"]
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
