@@ -41,6 +41,44 @@ def seconds_short(value: float | None) -> str:
     return clock(value)
 
 
+def number(value: float | int) -> str:
+    """A measured figure with the digits it means: ints whole, floats to 3 significant digits (`0.0219`, `1.47`,
+    `21.7`), and whole past 1000 (`85259`, `1234`) rather than in exponent notation."""
+    if isinstance(value, bool) or isinstance(value, int):
+        return str(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)  # nan, inf: as the log said, never hidden
+    if abs(value) >= 1000:
+        return f"{value:.0f}"
+    return f"{value:.3g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
+
+
+SECONDS_NAMES = ("duration", "elapsed")  # vllm bench serve's duration, sacct's Elapsed: seconds, unsuffixed
+
+
+def quantity(name: str, value: object) -> str:
+    """A named figure in the unit its name gives (`ttft_s` 0.0219 -> `21.9 ms`, `gen_s` 21.7 -> `21.70 s`,
+    `max_rss_kib` -> `1.2 GiB`, `p95_ttft_ms` -> `41.3 ms`, `tokens_per_s` -> `1.47 tok/s`); a name without a unit:
+    the number alone (`number`); not a number: as given. For people only: the JSON keeps the raw value."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    if name.endswith("_per_s"):
+        return f"{number(value)} {'tok/s' if 'token' in name else '/s'}"
+    if name.endswith("_s") or name in SECONDS_NAMES:
+        return seconds_short(value)
+    if name.endswith("_ms"):
+        return seconds_short(value / 1000) if value >= 1000 else f"{value:.1f} ms"
+    if name.endswith("_kib"):
+        return kib(value)
+    if name.endswith("_mib"):
+        return kib(value * 1024)
+    if name.endswith("_gib"):
+        return f"{value:.2f} GiB"
+    return number(value)
+
+
 def utc(stamp: str | None) -> str | None:
     """An ISO timestamp as UTC with its offset (`2026-12-01T22:30:00+00:00`); a naive one is the scheduler's local
     time (sacct prints local time without a zone) and gets this machine's offset first. None stays None."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from . import output
 from ..judge.rules import Verdict
+from ..units import number, quantity, seconds_short
 
 MAX_ROWS = 40  # past this many requests, the table lists only the bad ones
 _STATUS_STYLE = {"coherent": "bold green", "degenerate": "bold yellow", "incomplete": "bold yellow"}
@@ -76,7 +77,7 @@ def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
     output.text(f"  stage: {v.stage or '-'}   PY_EXIT: {v.py_exit if v.py_exit is not None else '-'}   "
                 f"probe: {v.probe_verdict or '-'}   scheduler: "
                 + (f"{sched['state']} {sched['exit_code']}:{sched['signal']}" if sched else "-")
-                + f"   engine ready: {v.engine_ready_s if v.engine_ready_s is not None else '-'} s")
+                + f"   engine ready: {seconds_short(v.engine_ready_s)}")
     if v.first_blocker:
         b = v.first_blocker
         output.text("")
@@ -108,13 +109,13 @@ def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
                        compact_ids(r.token_ids, bos_id, limit=8), _short(r.output_repr), "; ".join(r.problems) or "ok")
                       for r in shown])
     ev = v.evidence
-    facts = [f"{k}={ev[k]}" for k in ("expert_dtype", "moe_backend", "kv_format", "kv_cache_tokens",
+    facts = [f"{k}={quantity(k, ev[k])}" for k in ("expert_dtype", "moe_backend", "kv_format", "kv_cache_tokens",
                                        "model_load_gib") if ev.get(k) is not None]
     from ..judge.serving import is_serve_summary
 
     serve_run = is_serve_summary(v.metrics)
     if v.metrics and not serve_run:
-        facts += [f"{k}={val}" for k, val in v.metrics.items()]
+        facts += [f"{k}={quantity(k, val)}" for k, val in v.metrics.items()]
     if facts:
         output.text("")
         output.text("evidence: " + ", ".join(facts))
@@ -133,7 +134,7 @@ def show_verdict(v: Verdict, log: Path, bos_id: int = 0) -> None:
 
 
 COUNT_UNITS = {"request_throughput": " req/s", "output_throughput": " tok/s", "total_token_throughput": " tok/s",
-               "request_goodput": " req/s", "duration": " s"}
+               "request_goodput": " req/s"}
 # What vllm bench serve's max_concurrent_requests counts (judge/serving.py `_peaks`): read as the client's
 # concurrency it looks like a broken max_concurrency (11 with max_concurrency 8), issue 26 m24.
 CONCURRENCY_NOTE = ("max_concurrent_requests: vLLM's peak over one-second buckets from the first send; a request "
@@ -149,10 +150,16 @@ def show_metrics(metrics: dict[str, float]) -> None:
         output.table("Serving latency (ms)", ["metric", "mean", "median", "p95", "p99"],
                      [(name, *("-" if v is None else f"{v:.2f}" for v in values))
                       for name, values in latency_table(metrics)])
-        output.text("serving: " + ", ".join(f"{k}={metrics[k]:g}" + COUNT_UNITS.get(k, "")
-                                            for k in COUNTS if k in metrics))
+        output.text("serving: " + ", ".join(f"{k}={serve_count(k, metrics[k])}" for k in COUNTS if k in metrics))
         if "max_concurrent_requests" in metrics:
             output.text(f"  {CONCURRENCY_NOTE}", style="dim")
         rest = {k: v for k, v in metrics.items() if k not in summary_names()}
     if rest:
-        output.text("metrics: " + ", ".join(f"{k}={v:g}" for k, v in rest.items()))
+        output.text("metrics: " + ", ".join(f"{k}={quantity(k, v)}" for k, v in rest.items()))
+
+
+def serve_count(name: str, value: float) -> str:
+    """One of vllm bench serve's counts with its unit (`duration` in seconds, as the bench prints it)."""
+    if name == "duration":
+        return seconds_short(value)
+    return number(value) + COUNT_UNITS.get(name, "")
