@@ -80,14 +80,38 @@ def wide() -> bool:
     return os.environ.get("DSV4CTL_WIDE", "") not in ("", "0")
 
 
+def cells(value: str) -> int:
+    """How many terminal columns `value` takes (`你好` takes 4): what a table's widths are counted in."""
+    from rich.cells import cell_len
+
+    return cell_len(value)
+
+
+def _head(value: str, width: int) -> str:
+    """The longest start of `value` that takes at most `width` terminal columns."""
+    out, used = [], 0
+    for char in value:
+        used += cells(char)
+        if used > width:
+            break
+        out.append(char)
+    return "".join(out)
+
+
+def _tail(value: str, width: int) -> str:
+    """The longest end of `value` that takes at most `width` terminal columns."""
+    return _head(value[::-1], width)[::-1] if width > 0 else ""
+
+
 def elide(value: str, width: int) -> str:
-    """`value` cut to `width` characters in the middle (`cpu-smo…1201-2116`): both ends of a name say the most."""
-    if len(value) <= width:
+    """`value` cut to `width` terminal columns in the middle (`cpu-smo…1201-2116`): both ends of a name say the
+    most. Counted in columns, not characters: a wide character (CJK) takes two."""
+    if cells(value) <= width:
         return value
     if width <= 1:
-        return value[:width]
+        return _head(value, width)
     head = (width - 1) // 2 + (width - 1) % 2
-    return value[:head] + "…" + value[len(value) - (width - 1 - head):]
+    return _head(value, head) + "…" + _tail(value, width - 1 - head)
 
 
 def fit_widths(natural: Sequence[int], minimum: Sequence[int], available: int) -> list[int]:
@@ -110,36 +134,53 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     _console().print(fitted_table(title, columns, rows, styles, _console().width, row_styles=row_styles))
 
 
+def squeeze_widths(natural: Sequence[int], minimum: Sequence[int], available: int) -> list[int]:
+    """`fit_widths`, then, where the minimums alone do not fit, the widest columns below their minimum too (a
+    header then wraps), down to one character each: a table never runs past the terminal's edge."""
+    widths = fit_widths(natural, minimum, available)
+    return fit_widths(widths, [1] * len(widths), available)
+
+
 def fitted_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
                  styles: Sequence[str | None] | None, width: int,
                  elisions: Sequence[Any] | None = None, row_styles: Sequence[str | None] | None = None) -> Any:
     """`table`'s rich Table for a terminal `width` columns wide (the live wait table draws one every poll);
-    `elisions` per column: how a cell too wide is cut [default: `elide`, in the middle]."""
+    `elisions` per column: how a cell too wide is cut [default: `elide`, in the middle].
+
+    Each column gets a fixed width computed here, in terminal columns, and rich is left no choice: its own
+    width arithmetic counts cell padding (and, with collapsed padding, counts it unlike it draws it), which drew
+    an 80-column table 82 wide (issue 26 M4). Narrow (< 120): no borders, one space before each cell, so the
+    table is sum(widths) + columns wide; wide: heavy-head borders, sum(widths) + 3 * columns + 1."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
-    cells = [["" if cell is None else str(cell).replace("\n", " ") for cell in row] for row in rows]
+    cells_ = [["" if cell is None else str(cell).replace("\n", " ") for cell in row] for row in rows]
     narrow = width < 120
+    widths: list[int | None] = [None] * len(columns)
     if not wide():
-        # A header may wrap at its spaces ("first / blocker"); a cell never does.
-        header = [max(len(word) for word in (column.split() or [""])) for column in columns]
-        natural = [max([header[i]] + [len(row[i]) for row in cells if i < len(row)]) for i in range(len(columns))]
+        # A header may wrap at its spaces ("first / blocker") where the columns are short of room; a cell never does.
+        header = [max(cells(word) for word in (column.split() or [""])) for column in columns]
+        natural = [max([cells(columns[i])] + [cells(row[i]) for row in cells_ if i < len(row)])
+                   for i in range(len(columns))]
         minimum = [min(n, max(h, 6)) for n, h in zip(natural, header)]
-        gaps = len(columns) + 1 if narrow else 3 * len(columns) + 1  # a space between and around cells; or rules
-        widths = fit_widths(natural, minimum, width - gaps)
+        gaps = len(columns) if narrow else 3 * len(columns) + 1  # a space before each cell; or rules and padding
+        fitted = squeeze_widths(natural, minimum, width - gaps)
         cut = list(elisions or []) + [None] * len(columns)
-        cells = [[(cut[i] or elide)(cell, widths[i]) if i < len(widths) else cell for i, cell in enumerate(row)]
-                 for row in cells]
-    else:
-        widths = [0] * len(columns)
-    # On a narrow terminal no borders, one space between cells: the cells get the columns.
-    grid = Table(title=title, title_justify="left", show_lines=False,
+        cells_ = [[(cut[i] or elide)(cell, fitted[i]) if i < len(fitted) else cell for i, cell in enumerate(row)]
+                  for row in cells_]
+        widths = list(fitted)
+        if title is not None:
+            # The title on one line too: printed whole past the table's edge on a soft-wrapping console (ours).
+            title = Text(elide(title, width), style="table.title")
+    # On a narrow terminal no borders, one space before each cell: the cells get the columns.
+    grid = Table(title=Text(title, style="table.title") if isinstance(title, str) else title, title_justify="left", show_lines=False,
                  box=None if narrow else box.HEAVY_HEAD, show_edge=not narrow, pad_edge=True,
-                 padding=(0, 1), collapse_padding=narrow, header_style="bold underline" if narrow else "bold")
+                 padding=(0, 0, 0, 1) if narrow else (0, 1), collapse_padding=False,
+                 header_style="bold underline" if narrow else "bold")
     for i, column in enumerate(columns):
-        grid.add_column(column, style=(styles[i] if styles else None), overflow="fold",
-                        min_width=widths[i] or None)
-    for n, row in enumerate(cells):
+        grid.add_column(column, style=(styles[i] if styles else None), overflow="fold", width=widths[i])
+    for n, row in enumerate(cells_):
         grid.add_row(*(escape(cell) for cell in row), style=row_styles[n] if row_styles else None)
     return grid
 
@@ -150,10 +191,10 @@ def elide_message(text: str, width: int) -> str:
     import re
 
     head = re.match(r"(line \d+: )?[\w.]+: ", text)
-    if head is None or len(text) <= width or len(head.group(0)) > width - 8:
+    if head is None or cells(text) <= width or len(head.group(0)) > width - 8:
         return elide(text, width)
     rest = width - len(head.group(0))
-    return head.group(0) + "…" + text[len(text) - (rest - 1):]
+    return head.group(0) + "…" + _tail(text, rest - 1)
 
 
 def first_blocker_cell(verdict: dict | None) -> str:
@@ -190,7 +231,7 @@ class _LiveStatus:
             self.live.__exit__(*exc)
 
     def update(self, rows: list, verdicts: dict, notes: list[str]) -> None:
-        from ..campaign.watch import elapsed_of, stage_of
+        from ..campaign.progress import elapsed_of, stage_of
 
         if self.quiet:
             return
