@@ -75,18 +75,3 @@ def test_log_lines_end_a_block():
         blocks.add(n, line)
     blocks.end()
     assert [b.line for b in blocks.blocks] == [1, 3] and not blocks.names_error
-
-
-def test_a_sentence_template_with_one_word_swapped_to_the_end_is_a_loop():
-    from dsv4ctl.judge.textrules import text_problems
-
-    loop = ("Bread rises because of yeast. " + " ".join(
-        f"The taste of the bread is also changed by the amount of {w} in the dough, so bake it with care."
-        for w in ("salt", "sugar", "butter", "milk")) + " The taste of the bread is also changed by the")
-    assert any("sentence template" in p for p in text_problems(loop, 8))
-    # A passage quoted again (an answer and its citation) is not a loop.
-    quoted = " ".join(["You will get an email with the code once the parcel leaves our store today."] * 4)
-    assert not any("sentence template" in p for p in text_problems("Here is what we found. " + quoted, 8))
-    steps = ("Open the settings page and choose the network tab first. Then pick the interface you want to change. "
-             "Type the new address into the field and save it. Restart the service so it reads the new address.")
-    assert not text_problems(steps, 8)

@@ -90,10 +90,6 @@ def text_problems(text: str, max_repeat_run: int) -> list[str]:
         if loop is not None:
             unit, reps = loop
             problems.append(f"a loop to the end: {unit[:40]!r} repeated {reps} times")
-    if not problems:
-        template = _template_loop(text)
-        if template:
-            problems.append(template)
     nuls = text.count("\x00")
     if nuls >= 3:
         problems.append(f"{nuls} NUL characters" + (" in a run" if _NUL_RUN.search(text) else ""))
@@ -226,32 +222,6 @@ def _tail_loop(text: str) -> tuple[str, int] | None:
         unit = s[n - p:]
         if reps >= 3 and span >= 30 and any(ch.isalpha() for ch in unit):
             return s[i + 1:i + 1 + p], reps
-    return None
-
-
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
-TEMPLATE_WORDS = 7  # sentences that open with the same this-many words
-TEMPLATE_REPEATS = 4
-
-
-def _template_loop(text: str) -> str | None:
-    """A sentence template said again and again with one word swapped (`The colour is also affected by the amount
-    of water / dust / ozone in the air.`): >= 4 sentences open with the same 7 words, and the last complete
-    sentence is one of them (the answer ends in the loop)."""
-    sentences = [m.group(0).split() for m in _SENTENCE.finditer(text[-LOOP_WINDOW:])]
-    sentences = [s for s in sentences if len(s) >= TEMPLATE_WORDS + 2]
-    if len(sentences) < TEMPLATE_REPEATS:
-        return None
-    variants: dict[tuple[str, ...], set[str]] = {}
-    for words in sentences:
-        variants.setdefault(tuple(w.lower() for w in words[:TEMPLATE_WORDS]), set()).add(" ".join(words))
-    # The last complete sentence (the very last one may be cut by the paste) opens the template.
-    for words in (sentences[-1], sentences[-2]):
-        head = tuple(w.lower() for w in words[:TEMPLATE_WORDS])
-        # Different sentences each time: a loop swapping a word, not a passage quoted again (a citation).
-        if len(variants[head]) >= TEMPLATE_REPEATS - 1 and sum(
-                tuple(w.lower() for w in s[:TEMPLATE_WORDS]) == head for s in sentences) >= TEMPLATE_REPEATS:
-            return f"a sentence template repeated to the end: {' '.join(words[:TEMPLATE_WORDS])!r}"
     return None
 
 
