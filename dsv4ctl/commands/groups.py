@@ -22,6 +22,7 @@ GROUPS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("logs", "Print or follow a run's raw.log."),
         ("verdict", "Judge a stored run or a raw log: the status and first blocker."),
         ("campaigns", "List campaigns: runs, states, verdicts."),
+        ("db", "Export, import (merge), check or vacuum the results database."),
     )),
     ("Analyse", (
         ("compare", "Is the candidate faster, and still correct?"),
