@@ -24,28 +24,18 @@ from typing import Any
 
 from . import stats
 from .differences import differences, timing_warning, token_comparison
-from ..errors import Dsv4Error, ExitCode, UsageError
+from ..errors import ExitCode, UsageError
 from ..store import Store
+from .sides import (PROVENANCE_COLUMNS, CompareError, CompareRow, NoSuchSide, Side,  # noqa: F401 - re-exported
+                    load_rows)
 
 DECISION_EXIT = {"promote": int(ExitCode.OK), "reject": int(ExitCode.FAILED), "blocked": int(ExitCode.FAILED),
                  "inconclusive": int(ExitCode.INCONCLUSIVE)}
 SEVERITY = ("blocked", "reject", "inconclusive", "promote")  # the first one any metric reached decides
-# Columns of `runs` that say where and with what a run ran; the versions are read when the store has them.
-PROVENANCE_COLUMNS = ("dsv4ctl_version", "git_sha", "node", "vllm_version", "torch_version", "triton_version")
 CONFIDENCE = 0.95
 DIRECTIONS = ("lower", "higher")
 HIGHER_COUNTS = ("request_goodput", "completed")  # serve runs (issue 14): requests that met the SLOs, or came back
 LOWER_COUNTS = ("failed",)
-
-
-class CompareError(Dsv4Error):
-    """A side of the comparison matches no runs, or the metric cannot be compared."""
-
-
-class NoSuchSide(CompareError, UsageError):
-    """A side names no stored runs: something named that does not exist (exit 2), not a rejected candidate."""
-
-    exit_code = int(ExitCode.USAGE)
 
 
 class UnknownMetric(UsageError):
@@ -79,67 +69,6 @@ def parse_metrics(text: str) -> list[str]:
     if not names:
         raise UsageError("no metric given: name one or more, separated by commas (gen_s,ttft_s)")
     return names
-
-
-# ---- sides --------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CompareRow:
-    """What a comparison needs of one run, loaded in one joined query per chunk of runs."""
-
-    id: int
-    experiment_id: int
-    experiment: str
-    job_id: str | None
-    state: str | None
-    pair_id: int | None
-    switches_json: str | None
-    status: str | None  # the verdict's; None when not judged
-    passed: bool
-    false_green: bool
-    first_blocker_kind: str | None
-    provenance: tuple[tuple[str, str | None], ...] = ()
-    metrics: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
-
-
-@dataclass
-class Side:
-    name: str
-    runs: list[CompareRow]
-
-    @property
-    def experiments(self) -> list[str]:
-        return sorted({r.experiment for r in self.runs})
-
-
-_ROW_SQL = ("SELECT runs.id, runs.experiment_id, experiments.name, runs.job_id, runs.state, runs.pair_id, "
-            "runs.switches_json, verdicts.status, verdicts.passed, verdicts.false_green, "
-            "verdicts.first_blocker_kind{provenance} FROM runs JOIN experiments ON experiments.id = runs.experiment_id "
-            "LEFT JOIN verdicts ON verdicts.run_id = runs.id WHERE runs.id IN ({marks}) ORDER BY runs.id")
-
-
-def _provenance_columns(store: Store) -> list[str]:
-    present = {row[1] for row in store.db.execute("PRAGMA table_info(runs)")}
-    return [c for c in PROVENANCE_COLUMNS if c in present]
-
-
-def load_rows(store: Store, run_ids: list[int]) -> list[CompareRow]:
-    columns = _provenance_columns(store)
-    sql = _ROW_SQL.replace("{provenance}", "".join(f", runs.{c}" for c in columns))
-    rows: list[CompareRow] = []
-    for start in range(0, len(run_ids), 900):
-        chunk = run_ids[start:start + 900]
-        marks = ",".join("?" * len(chunk))
-        values: dict[int, dict[str, float]] = {}
-        for run_id, name, value in store.db.execute(
-                f"SELECT run_id, name, value FROM metrics WHERE run_id IN ({marks})", chunk):
-            if value is not None:
-                values.setdefault(run_id, {})[name] = value
-        for row in store.db.execute(sql.replace("{marks}", marks), chunk):
-            rows.append(CompareRow(*row[:8], bool(row[8]), bool(row[9]), row[10],
-                                   tuple(zip(columns, row[11:])), values.get(row[0], {})))
-    return rows
 
 
 # ---- the comparison -------------------------------------------------------------------------------------------------

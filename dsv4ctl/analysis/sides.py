@@ -12,13 +12,84 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ..errors import UsageError
+from ..errors import Dsv4Error, ExitCode, UsageError
+from ..store import Store
 
-if TYPE_CHECKING:
-    from .compare import Side
-    from ..store import Store
+# Columns of `runs` that say where and with what a run ran; the versions are read when the store has them.
+PROVENANCE_COLUMNS = ("dsv4ctl_version", "git_sha", "node", "vllm_version", "torch_version", "triton_version")
+
+
+class CompareError(Dsv4Error):
+    """A side of the comparison matches no runs, or the metric cannot be compared."""
+
+
+class NoSuchSide(CompareError, UsageError):
+    """A side names no stored runs: something named that does not exist (exit 2), not a rejected candidate."""
+
+    exit_code = int(ExitCode.USAGE)
+
+
+# ---- sides --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """What a comparison needs of one run, loaded in one joined query per chunk of runs."""
+
+    id: int
+    experiment_id: int
+    experiment: str
+    job_id: str | None
+    state: str | None
+    pair_id: int | None
+    switches_json: str | None
+    status: str | None  # the verdict's; None when not judged
+    passed: bool
+    false_green: bool
+    first_blocker_kind: str | None
+    provenance: tuple[tuple[str, str | None], ...] = ()
+    metrics: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass
+class Side:
+    name: str
+    runs: list[CompareRow]
+
+    @property
+    def experiments(self) -> list[str]:
+        return sorted({r.experiment for r in self.runs})
+
+
+_ROW_SQL = ("SELECT runs.id, runs.experiment_id, experiments.name, runs.job_id, runs.state, runs.pair_id, "
+            "runs.switches_json, verdicts.status, verdicts.passed, verdicts.false_green, "
+            "verdicts.first_blocker_kind{provenance} FROM runs JOIN experiments ON experiments.id = runs.experiment_id "
+            "LEFT JOIN verdicts ON verdicts.run_id = runs.id WHERE runs.id IN ({marks}) ORDER BY runs.id")
+
+
+def _provenance_columns(store: Store) -> list[str]:
+    present = {row[1] for row in store.db.execute("PRAGMA table_info(runs)")}
+    return [c for c in PROVENANCE_COLUMNS if c in present]
+
+
+def load_rows(store: Store, run_ids: list[int]) -> list[CompareRow]:
+    columns = _provenance_columns(store)
+    sql = _ROW_SQL.replace("{provenance}", "".join(f", runs.{c}" for c in columns))
+    rows: list[CompareRow] = []
+    for start in range(0, len(run_ids), 900):
+        chunk = run_ids[start:start + 900]
+        marks = ",".join("?" * len(chunk))
+        values: dict[int, dict[str, float]] = {}
+        for run_id, name, value in store.db.execute(
+                f"SELECT run_id, name, value FROM metrics WHERE run_id IN ({marks})", chunk):
+            if value is not None:
+                values.setdefault(run_id, {})[name] = value
+        for row in store.db.execute(sql.replace("{marks}", marks), chunk):
+            rows.append(CompareRow(*row[:8], bool(row[8]), bool(row[9]), row[10],
+                                   tuple(zip(columns, row[11:])), values.get(row[0], {})))
+    return rows
+
 
 CANCELLED = "CANCELLED"  # the scheduler's state for a job someone stopped (scancel, `dsv4ctl cancel`)
 
@@ -26,7 +97,6 @@ CANCELLED = "CANCELLED"  # the scheduler's state for a job someone stopped (scan
 def resolve_side(store: "Store", ref: str) -> "Side":
     """A side: `campaign:NAME` (every run of it), `experiment:NAME`, `tag:NAME`, run or job ids (`12,13,4711_2`,
     labels too), a spec file, an experiment name, or one run's label (J17)."""
-    from .compare import Side, load_rows
 
     if ref.startswith("campaign:"):
         ids = [r.id for r in store.runs(campaign=ref.removeprefix("campaign:"))]
@@ -61,7 +131,6 @@ def _run_by_label(store: "Store", ref: str) -> list[int]:
 
 
 def _none(ref: str) -> "Side":
-    from .compare import NoSuchSide
 
     raise NoSuchSide(f"no stored runs match {ref!r} (an experiment name, a spec file, run ids, tag:NAME, "
                      "campaign:NAME or experiment:NAME; see `dsv4ctl runs`)")
@@ -92,7 +161,6 @@ class ChosenSides:
 
 def campaign_sides(store: "Store", campaign: str) -> ChosenSides:
     """An A/B campaign's own two sides (as its report takes them); a campaign that is not one is a usage error."""
-    from .compare import Side, load_rows
 
     name = store.campaign_name(campaign)
     rows = store.runs(campaign=name)
@@ -159,7 +227,6 @@ def choose_sides(store: "Store", baseline: str | None, candidate: str | None,
 def set_aside_cancelled(side: "Side", label: str) -> tuple["Side", list[str]]:
     """The side without the runs the user cancelled (no result: neither a pass nor a failure), and a line saying
     which were left out."""
-    from .compare import CompareError, Side
 
     cancelled = [r for r in side.runs if r.state == CANCELLED]
     if not cancelled:

@@ -10,7 +10,8 @@ from ..errors import Dsv4Error
 from ..judge.states import normalise
 from ..scheduler import JobRef, JobStatus, get_scheduler
 from ..store import RunRow, Store
-from .watch import _age_s, elapsed_of, stuck_reason
+from .progress import _age_s, elapsed_of, stuck_reason
+from .reconcile import reconcile
 
 
 class RunInFlight(Dsv4Error):
@@ -85,7 +86,6 @@ class Interrupted(Dsv4Error):
 def interrupted(store: Store, campaign: str, run_ids: list[int]) -> Interrupted:
     """What a Ctrl-C during a submit or its wait leaves behind (issue 26 M7): the runs queued or running, any run
     caught mid-submission, and the campaign's commands to cancel, follow or complete it."""
-    from .plan import reconcile
     from ..judge.states import SUBMITTING, is_waiting
 
     for row in store.runs_by_ids(run_ids):  # a job sbatch queued just before the interrupt: found by its token

@@ -31,6 +31,7 @@ from ..spec.models import ExperimentSpec
 from ..spec.load import LoadedSpec, load_spec
 from ..judge.states import FINAL
 from ..store import LATEST, PLANNED, SUBMIT_FAILED, SUBMITTING, RunRow, Store, StoreError
+from .reconcile import reconcile  # noqa: F401 - re-exported
 
 SUBMIT_RETRIES = 3
 SUBMIT_BACKOFF_S = 2.0
@@ -159,9 +160,9 @@ def submit(store: Store, spec_paths: list[Path], backend: str | None = None, *, 
     if campaign == LATEST:
         raise UsageError(f"{LATEST!r} names the newest campaign; pick another --campaign name")
     runs = planned if planned is not None else plan(spec_paths, repeats)
-    from ..modes.align.result import check_references
+    from ..modes.registry import prepare_submission
 
-    check_references(store, runs)  # align.reference: run:latest -> run:<id>, fixed before anything is recorded
+    prepare_submission(store, runs)  # e.g. align.reference: run:latest -> run:<id>, fixed before anything is recorded
     name = campaign or _campaign_name(runs)
     root = campaign_dir(runs_root, name)  # a read-only runs directory stops here, before anything is recorded
     campaign_id, groups = record_plan(store, name, backend, command, runs, root, array=array, pairs=pairs)
@@ -318,25 +319,6 @@ def _submit_with_retries(scheduler: Scheduler, script: Path, cwd: Path, token: s
 
 
 # ---- interrupted submissions ------------------------------------------------------------------------------------
-
-
-def reconcile(store: Store, scheduler: Scheduler, row: RunRow) -> str | None:
-    """Find the job of a SUBMITTING run (a CLI died around sbatch); mark the run failed once it is clearly lost,
-    so `resume` can take it again. Both only if nobody moved the run meanwhile."""
-    group, _, index = row.token.partition("-")
-    spec_name = store.db.execute("SELECT name FROM experiments WHERE id = ?", [row.experiment_id]).fetchone()[0]
-    base = scheduler.find_token(group, f"{spec_name}.{group}", Path(row.run_dir))
-    job_id = None if base is None else (f"{base}_{index}" if index else base)
-    if job_id:
-        found = store.update_run_if(row.id, SUBMITTING, row.token, state="PENDING", job_id=job_id,
-                                    array_task=index or None,
-                                    submit_message="recovered: the submitting CLI stopped before recording the job")
-        return job_id if found else None
-    submitted = datetime.fromisoformat(row.submitted_at) if row.submitted_at else None
-    if submitted and (datetime.now(submitted.tzinfo) - submitted).total_seconds() > scheduler.submit_grace_s:
-        store.update_run_if(row.id, SUBMITTING, row.token, state=SUBMIT_FAILED,
-                            submit_message="the submitting CLI stopped and no job carries this run's token")
-    return None
 
 
 def _to_redo(row: RunRow, judged: set[int]) -> bool:

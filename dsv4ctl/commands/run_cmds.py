@@ -127,9 +127,9 @@ def submit(specs: SpecsArg,
     store = open_store(db) if not dry_run or needs_store(planned) else None
     if store is not None:
         resolve_goldens(store, planned)  # expect.golden_from: J17 -> its token ids, before anything is recorded
-        from ..modes.align.result import check_references
+        from ..modes.registry import prepare_submission
 
-        check_references(store, planned)  # align.reference: run:ID must name a stored capture
+        prepare_submission(store, planned)  # each mode's checks (align.reference: run:ID names a stored capture)
     if dry_run:
         rows = [{"name": p.spec.name, "label": p.label, "point": p.point, "repeat": p.repeat,
                  "spec_hash": p.spec.spec_hash()} for p in planned]

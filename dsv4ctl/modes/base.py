@@ -23,6 +23,9 @@ SettleStored = Callable[["Store", int, "Verdict"], "tuple[Verdict, dict[str, Any
 SettleLog = Callable[[Path, "LogFacts", "Verdict"], "tuple[Verdict, dict[str, Any] | None]"]
 Evidence = Callable[["LogFacts"], "list[str]"]  # files beside raw.log its judge reads, relative to the run folder
 Record = Callable[["Store", int, "dict[str, Any]"], None]  # stores the mode's record (inside the caller's transaction)
+# At submit, before anything is recorded: checks (and may fix in place) the planned runs of this mode; raises a
+# Dsv4Error to refuse the submission (an align run's `reference: run:latest` fixed to the run it names now).
+Prepare = Callable[["Store", "list[Any]"], None]
 
 
 def no_evidence(facts: LogFacts) -> list[str]:
@@ -50,6 +53,7 @@ class Mode:
     settle_log: SettleLog = settled_log
     evidence: Evidence = no_evidence
     record: Record | None = None
+    prepare: Prepare | None = None
     named_in_experiment: bool = True
     tag: str = ""  # shown after a run in one-line listings ("[serve]"); empty for the default mode
     settings_section: str | None = None  # the spec section a log's record carries its settings for (`settings`)

@@ -38,6 +38,17 @@ def mode_of(name: str | None) -> Mode:
     return found
 
 
+def prepare_submission(store: Any, planned: list[Any]) -> None:
+    """Each mode's checks of its planned runs at submit (`Mode.prepare`), before anything is recorded."""
+    by_mode: dict[str, list[Any]] = {}
+    for run in planned:
+        by_mode.setdefault(run.spec.mode, []).append(run)
+    for name, runs in by_mode.items():
+        prepare = mode_of(name).prepare
+        if prepare is not None:
+            prepare(store, runs)
+
+
 def markers_mode(facts: LogFacts) -> str | None:
     """The mode the log's markers say (the default when it has none of any mode's), None when they say two."""
     found = [mode.name for mode in REGISTRY.values() if mode.markers is not None and mode.markers(facts)]

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .markdown import md  # noqa: F401 - re-exported
 from ..analysis import stats
 from ..store import Store
 from ..analysis.sides import ab_sides  # noqa: F401 - the A/B sides, chosen as `compare --campaign` chooses them
@@ -265,18 +266,6 @@ def render_html(data: ReportData) -> str:
         data=data, rates_svg=svg_rates(data.sweep), strip_svg=svg_strip(data.distributions, data.metric),
         passed=sum(1 for r in data.runs if r["passed"]), ab_rows=metric_rows(data.ab) if data.ab else [],
         values=values, sparkline=sparkline, align_plot=svg_cosines, serve_curve=svg_curve, serve_best=best_load_text)
-
-
-def md(value: Any) -> str:
-    """Data as Markdown text, one line, table pipes escaped: raw HTML escaped (a spec name or a log line must not
-    become markup in a rendered page), and nothing else, so `p = 0.19 >= 0.05` stays as written (issue 26 m13). A
-    `>` is markup only after a `<`, an `&` only where it starts an entity (`&lt;`)."""
-    text = str(value)
-    if "<" in text:
-        text = html.escape(text, quote=False)
-    else:
-        text = re.sub(r"&(?=#?\w+;)", r"\&", text)
-    return " ".join(text.replace("|", "\\|").splitlines())
 
 
 def render_markdown(data: ReportData) -> str:

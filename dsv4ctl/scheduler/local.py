@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .localprocs import kill_job
 from .localrun import process_start, py_exit_of, read_pid_file, read_state, write_pid_file
-from . import JobRef, JobStatus, SubmitError
+from .base import JobRef, JobStatus, SubmitError
 
 
 def _alive(pid: int | None) -> bool:

@@ -17,7 +17,7 @@ from ..judge.sacct import (
     summarise,
 )
 from ..judge.states import FINAL, normalise
-from . import JobRef, JobStatus, SubmitError
+from .base import JobRef, JobStatus, SubmitError
 
 # sbatch messages worth another try (busy or unreachable controller); anything else is a refusal.
 TRANSIENT = re.compile(r"socket timed out|unable to contact slurm controller|temporarily unavailable|"

@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .rungs import CaptureError  # noqa: F401 - re-exported
+
 MAX_HEADER_BYTES = 64 * 1024 * 1024
 MAX_CAPTURE_BYTES = 8 * 1024**3  # 61 layers x 8 prompts x 32 positions x 7168 x 4 bytes is 0.45 GB
 MAX_META_BYTES = 256 * 1024 * 1024
 DTYPES = {"F32": "<f4", "F64": "<f8", "F16": "<f2"}
-
-
-class CaptureError(ValueError):
-    """A capture file that is missing, unreadable, or does not fit the other side."""
 
 
 @dataclass

@@ -52,6 +52,12 @@ def record(store: Store, run_id: int, alignment: dict[str, Any]) -> None:
     record_alignment(store, run_id, alignment)
 
 
+def prepare(store: Store, planned: list[Any]) -> None:
+    from .result import check_references
+
+    check_references(store, planned)
+
+
 def evidence(facts: LogFacts) -> list[str]:
     from ...spec.render import SNAPSHOT_NAME
 
@@ -95,4 +101,4 @@ def _reference_named(log: Path) -> str | None:
 
 
 MODE = Mode(name="align", judge=judge, markers=markers, settle_stored=settle_stored, settle_log=settle_log,
-            evidence=evidence, record=record, tag="align", settings_section="align")
+            evidence=evidence, record=record, prepare=prepare, tag="align", settings_section="align")

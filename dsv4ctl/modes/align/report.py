@@ -80,7 +80,7 @@ def svg_cosines(alignment: dict[str, Any], width: int = 640, height: int = 220) 
 
 
 def markdown_alignments(data: Any) -> list[str]:
-    from ...report.campaign import md
+    from ...report.markdown import md
 
     lines: list[str] = []
     for a in getattr(data, "alignments", []):

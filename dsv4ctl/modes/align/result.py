@@ -315,11 +315,10 @@ def check_references(store: Store, planned: list[PlannedRun]) -> None:
     again when judging was the run itself), refusing the submission (nothing recorded yet) when it cannot be
     compared with: unknown, not an align run, no capture, another model."""
     fixed: dict[tuple[str, Any], str] = {}
-    for run in planned:
+    for run in planned:  # the align runs of a submission (modes/align/mode.py prepare)
         align = run.spec.align
-        if run.spec.mode == "align":
-            check_layers(run.spec)
-        if run.spec.mode == "align" and align is not None and align.reference.startswith("run:"):
+        check_layers(run.spec)
+        if align is not None and align.reference.startswith("run:"):
             model = (run.spec.model.path, run.spec.model.arch)
             key = (align.reference, model)
             if key not in fixed:

@@ -10,8 +10,11 @@ from typing import Any
 from ...judge.tokens import close_by_logprobs, first_divergence
 
 
+class CaptureError(ValueError):
+    """A capture file that is missing, unreadable, or does not fit the other side."""
+
+
 def _error(message: str) -> Exception:
-    from .compare import CaptureError
 
     return CaptureError(message)
 
