@@ -161,7 +161,7 @@ def test_runs_pages_by_keyset(traced, tmp_path):
     assert every == list(range(1, 13))
     assert [r["id"] for r in json.loads(CliRunner().invoke(
         app, ["runs", "--since", "2026-12-03", "--json", "--db", str(db)]).stdout)] == [9, 10, 11, 12]
-    both = subprocess.run([sys.executable, "-m", "dsv4ctl", "runs", "--all", "-n", "3", "--db", str(db)],
+    both = subprocess.run([sys.executable, "-c", "from dsv4ctl.cli import main; main()", "runs", "--all", "-n", "3", "--db", str(db)],
                           capture_output=True, text=True)
     assert both.returncode == 2 and "--all and --limit" in both.stderr and "Traceback" not in both.stderr
 
