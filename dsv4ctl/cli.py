@@ -14,6 +14,7 @@ from . import __version__
 from .commands import campaign_cmds, compare_cmd, model_cmds, perf_cmds, run_cmds, spec_cmds, verdict_cmd
 from .commands import bisect_cmd
 from .commands import db_cmds
+from .commands import promote_cmd
 from .commands import profile_cmd
 from .commands.groups import GroupedCommands
 
@@ -36,6 +37,7 @@ model_cmds.register(app)
 perf_cmds.register(app)
 bisect_cmd.register(app)
 db_cmds.register(app)
+promote_cmd.register(app)
 profile_cmd.register(app)
 
 

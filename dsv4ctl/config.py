@@ -35,6 +35,7 @@ _KEYS: dict[tuple[str, str], tuple[str, type]] = {
     ("site", "model_root"): ("model_root", str),
     ("site", "venv"): ("venv", str),
     ("site", "modules"): ("modules", list),
+    ("promote", "stable"): ("stable", Path),  # the stable switch set (dsv4ctl/promote), else stable.yaml beside
 }
 
 
@@ -58,6 +59,7 @@ class ProjectConfig:
     model_root: str | None = None
     venv: str | None = None
     modules: list[str] = field(default_factory=list)
+    stable: Path | None = None
 
 
 def find_config(start: Path | None = None) -> Path | None:

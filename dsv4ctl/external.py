@@ -6,6 +6,7 @@ sacct call per poll whatever the number of jobs.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections import Counter
@@ -39,7 +40,8 @@ class Result:
         return " ".join(text.split()) or f"{self.argv[0]} exited {self.returncode}"
 
 
-def run(argv: list[str], *, cwd: Path | None = None, timeout: float = 60, input: str | None = None) -> Result:
+def run(argv: list[str], *, cwd: Path | None = None, timeout: float = 60, input: str | None = None,
+        env: dict[str, str] | None = None) -> Result:
     """Run a program with arguments as a list (never through a shell); a time-out is reported as exit 124."""
     program = argv[0]
     if shutil.which(program) is None:
@@ -47,7 +49,8 @@ def run(argv: list[str], *, cwd: Path | None = None, timeout: float = 60, input:
     CALLS[Path(program).name] += 1
     try:
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=input,
-                              stdin=None if input is not None else subprocess.DEVNULL)
+                              stdin=None if input is not None else subprocess.DEVNULL,
+                              env=None if env is None else {**os.environ, **env})
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         return Result(tuple(argv), 124, out, f"{program} timed out after {timeout:g} s")

@@ -35,6 +35,11 @@ GROUPS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("bisect", "Find the change (or field value) that breaks a run."),
         ("bisect-report", "A stored bisection as an HTML page (or Markdown, JSON)."),
     )),
+    ("Promote", (
+        ("stable", "The stable switch set with provenance; history, diff SPEC."),
+        ("promote", "Put a switch into the stable set through the three gates."),
+        ("promotion-report", "A stored promotion as an HTML page (or Markdown, JSON)."),
+    )),
     ("Set up", (
         ("init", "Write a commented starter dsv4ctl.toml."),
         ("validate", "Check specs: structure, switches and the report's rules."),

@@ -130,6 +130,7 @@ def m010_indexes(db: sqlite_utils.Database) -> None:
     db["imports"].create({"id": int, "bundle_sha256": str, "source_json": str, "runs_added": int,
                           "runs_present": int, "notes_json": str, "imported_at": str}, pk="id")
 
+
 def m011_profiles(db: sqlite_utils.Database) -> None:
     # Issue 23: where the time went in a profiled run (dsv4ctl/profile/store.py), one row per run, rank, window and
     # hash of the category rules used (a breakdown under other rules is another row, never an equal), and its
@@ -144,10 +145,27 @@ def m011_profiles(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS idx_profile_rows_key ON profile_rows (run_id, rank, window, rules_hash)")
 
 
+def m012_promotions(db: sqlite_utils.Database) -> None:
+    # Issue 24: a promotion (dsv4ctl/promote/store.py): the change to the stable set, the stable file it started
+    # from (its sha and switches), each gate's outcome with its reason, figures and runs, and the campaigns each
+    # gate submitted (recorded before they are submitted, so a promotion killed anywhere resumes).
+    db["promotions"].create({"id": int, "inputs_key": str, "kind": str, "command": str, "backend": str,
+                             "stable_path": str, "stable_sha": str, "changes_json": str, "baseline_json": str,
+                             "settings_json": str, "state": str, "decision": str, "reason": str,
+                             "diff_json": str, "commit_sha": str, "created_at": str, "updated_at": str}, pk="id")
+    db["promotions"].create_index(["inputs_key"])
+    db["promotion_gates"].create({"promotion_id": int, "gate": str, "position": int, "outcome": str,
+                                  "reason": str, "figures_json": str, "runs_json": str, "updated_at": str},
+                                 pk=("promotion_id", "gate"), foreign_keys=[("promotion_id", "promotions", "id")])
+    db["promotion_campaigns"].create({"promotion_id": int, "gate": str, "campaign": str}, pk="campaign",
+                                     foreign_keys=[("promotion_id", "promotions", "id")])
+    db.execute("CREATE INDEX IF NOT EXISTS idx_promotion_campaigns ON promotion_campaigns (promotion_id, gate)")
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (m001_initial, m002_campaign_plan,
                                                                     m003_judge_error, m004_labels, m005_versions,
                                                                     m006_perf, m007_align, m008_bisect, m009_ingest,
-                                                                    m010_indexes, m011_profiles)
+                                                                    m010_indexes, m011_profiles, m012_promotions)
 
 
 def _recorded_migrations(db: sqlite_utils.Database) -> set[str]:

@@ -1,0 +1,232 @@
+"""The stable set as a file of the project: `stable.yaml` beside dsv4ctl.toml (or `[promote] stable = FILE` there,
+or $DSV4CTL_STABLE, or --stable). It holds the switches and their values, the promotion that set each one
+(provenance: date, commit, runs, figures) and the gates a change must pass:
+
+    switches: {DSV4_USE_TRITON_SPARSE: "1", DSV4_MOE_ROUTING_Q1: "1", DSV4_MOE_BACKEND: emulation}
+    provenance:
+      DSV4_MOE_ROUTING_Q1: {promotion: 3, date: "2026-08-26", commit: 6e448d0, runs: [41, 42], figures: {...}}
+    gates: {numerics: ..., e2e: ..., throughput: ...}        (see gates.py)
+
+Parsed once into a `StableSet` (every switch checked against the registry, values normalised as the job gets
+them); written back whole (comments are not kept) and atomically, only by a promotion.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .gates import Gate, parse_gates
+from ..errors import UsageError
+
+STABLE_NAME = "stable.yaml"
+STABLE_ENV = "DSV4CTL_STABLE"
+MAX_STABLE_BYTES = 1 << 20
+TOP_KEYS = ("switches", "provenance", "gates")
+PROVENANCE_KEYS = ("promotion", "decision", "date", "commit", "runs", "figures", "note")
+HEADER = ("# The stable switch set (dsv4ctl promote writes this file; see docs/promotion.md).\n"
+          "# Change a value only through `dsv4ctl promote SWITCH=VALUE`: each one's provenance says why.\n")
+
+
+class StableError(UsageError):
+    """The stable file is missing, unreadable, or breaks its format (exit 2, like a bad dsv4ctl.toml)."""
+
+
+@dataclass(frozen=True)
+class StableSet:
+    path: Path
+    switches: dict[str, str]
+    provenance: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gates: dict[str, Gate] = field(default_factory=dict)
+    raw_gates: dict[str, Any] | None = None
+    text: str = ""
+
+    @property
+    def sha(self) -> str:
+        """What the file said when read: a promotion started on another version of it is another promotion."""
+        return hashlib.sha256(self.text.encode()).hexdigest()[:12]
+
+
+def locate(flag: Path | None = None) -> Path:
+    """--stable, then $DSV4CTL_STABLE, then dsv4ctl.toml's [promote] stable, then stable.yaml beside
+    dsv4ctl.toml, then ./stable.yaml."""
+    from ..config import load_config
+
+    if flag is not None:
+        return Path(flag)
+    if os.environ.get(STABLE_ENV):
+        return Path(os.environ[STABLE_ENV])
+    config = load_config()
+    if config.stable is not None:
+        return config.stable
+    return (config.path.parent if config.path else Path.cwd()) / STABLE_NAME
+
+
+def load_stable(path: Path) -> StableSet:
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read(MAX_STABLE_BYTES + 1)
+    except FileNotFoundError:
+        raise StableError(f"{path}: no stable set here: write one (docs/promotion.md), or name it with --stable "
+                          "or [promote] stable in dsv4ctl.toml") from None
+    except OSError as exc:
+        raise StableError(f"{path}: cannot read the stable set: {exc.strerror or exc}") from None
+    if len(data) > MAX_STABLE_BYTES:
+        raise StableError(f"{path}: larger than {MAX_STABLE_BYTES >> 20} MiB; is it really a stable set?")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StableError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    return parse_stable(text, Path(path))
+
+
+def parse_stable(text: str, path: Path) -> StableSet:
+    """A StableSet from the file's text; anything else is a one-line StableError (or GateError) naming the key."""
+    from ..errors import SpecError
+    from ..spec.load import parse_yaml
+
+    try:
+        data = parse_yaml(text, str(path)).data  # the spec loader's guards: depth, aliases, duplicate keys
+    except SpecError as exc:
+        raise StableError(str(exc)) from None
+    if not isinstance(data, dict):
+        raise StableError(f"{path}: a stable set is a mapping with switches:, provenance: and gates:")
+    unknown = [str(k) for k in data if k not in TOP_KEYS]
+    if unknown:
+        raise StableError(f"{path}: unknown key {unknown[0]!r}; known: {', '.join(TOP_KEYS)}")
+    switches = parse_switches(data.get("switches"), str(path))
+    provenance = _provenance(data.get("provenance"), str(path), switches)
+    gates = parse_gates(data.get("gates"), str(path), path.parent)
+    return StableSet(path, switches, provenance, gates, data.get("gates"), text)
+
+
+def parse_switches(raw: Any, where: str) -> dict[str, str]:
+    from ..spec import switches as registry
+
+    if not isinstance(raw, dict) or not raw:
+        raise StableError(f"{where}: switches must be a mapping of NAME: VALUE, at least one")
+    out = {}
+    for name, value in raw.items():
+        known = registry.BY_NAME.get(name) if isinstance(name, str) else None
+        if known is None:
+            close = registry.closest(str(name), 1) if isinstance(name, str) else []
+            raise StableError(f"{where}: switches.{name}: not a known switch"
+                              + (f" (did you mean {close[0]}?)" if close else " (`dsv4ctl switches` lists them)"))
+        try:
+            out[name] = known.normalise(value)
+        except ValueError as exc:
+            raise StableError(f"{where}: switches.{name}: {exc}") from None
+    return out
+
+
+def _provenance(raw: Any, where: str, switches: dict[str, str]) -> dict[str, dict[str, Any]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise StableError(f"{where}: provenance must be a mapping of switch name to its promotion")
+    out = {}
+    for name, entry in raw.items():
+        if not isinstance(name, str) or not isinstance(entry, dict):
+            raise StableError(f"{where}: provenance.{name} must be a mapping (promotion, date, commit, runs, ...)")
+        bad = [str(k) for k in entry if k not in PROVENANCE_KEYS]
+        if bad:
+            raise StableError(f"{where}: provenance.{name}: unknown key {bad[0]!r}; known: "
+                              f"{', '.join(PROVENANCE_KEYS)}")
+        _check_entry(entry, f"{where}: provenance.{name}")
+        out[name] = copy.deepcopy(entry)
+    return out
+
+
+def _check_entry(entry: dict[str, Any], where: str) -> None:
+    promotion = entry.get("promotion")
+    if promotion is not None and (isinstance(promotion, bool) or not isinstance(promotion, int)):
+        raise StableError(f"{where}.promotion must be a promotion id")
+    for key in ("decision", "date", "commit", "note"):
+        if entry.get(key) is not None and not isinstance(entry[key], (str, int, float)):
+            raise StableError(f"{where}.{key} must be text")
+    runs = entry.get("runs", [])
+    if not isinstance(runs, list) or any(isinstance(r, bool) or not isinstance(r, int) for r in runs):
+        raise StableError(f"{where}.runs must be a list of run ids")
+    figures = entry.get("figures", {})
+    if not isinstance(figures, dict) or any(isinstance(v, (dict, list)) for v in figures.values()):
+        raise StableError(f"{where}.figures must be a flat mapping of name: value")
+
+
+# ---- changes ------------------------------------------------------------------------------------------------------
+
+
+def changed_switches(switches: dict[str, str], changes: dict[str, str | None]) -> dict[str, str]:
+    """The set after `changes` (a value None takes the switch out: the registry default applies again)."""
+    out = dict(switches)
+    for name, value in changes.items():
+        if value is None:
+            out.pop(name, None)
+        else:
+            out[name] = value
+    return out
+
+
+def switch_diff(before: dict[str, str], after: dict[str, str]) -> list[dict[str, Any]]:
+    """[{name, before, after}] for each switch whose value differs (None: not set)."""
+    names = sorted(set(before) | set(after))
+    return [{"name": n, "before": before.get(n), "after": after.get(n)} for n in names
+            if before.get(n) != after.get(n)]
+
+
+def render_stable(stable: StableSet, switches: dict[str, str], provenance: dict[str, dict[str, Any]]) -> str:
+    import yaml
+
+    data: dict[str, Any] = {"switches": dict(switches)}
+    kept = {k: v for k, v in provenance.items() if k in switches or v.get("decision") == "demoted"}
+    if kept:
+        data["provenance"] = kept
+    if stable.raw_gates is not None:
+        data["gates"] = stable.raw_gates
+    return HEADER + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=None, width=100)
+
+
+def write_stable(stable: StableSet, switches: dict[str, str], provenance: dict[str, dict[str, Any]]) -> str:
+    """Write the new stable file whole or not at all; refuses when the file changed since it was read."""
+    current = stable.path.read_text(encoding="utf-8")
+    if current != stable.text:
+        raise StableError(f"{stable.path} changed while the gates ran: nothing written; run promote again")
+    text = render_stable(stable, switches, provenance)
+    parse_stable(text, stable.path)  # what is written must read back
+    tmp = stable.path.with_name(f".{stable.path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, stable.path)
+    return text
+
+
+def spec_with_switches(data: dict[str, Any], switches: dict[str, str], unset: list[str] = ()) -> dict[str, Any]:
+    """Spec data running `switches`: a derived switch (DSV4_MOE_BACKEND) sets its field (model.moe_backend), the
+    others go under `switches:`; names in `unset` are taken out of the spec's own switches."""
+    from ..spec import switches as registry
+
+    out = copy.deepcopy(data)
+    own = dict(out.get("switches") or {})
+    for name in unset:
+        own.pop(name, None)
+    for name, value in switches.items():
+        known = registry.BY_NAME[name]
+        if known.role == "derived" and known.derived_from:
+            node = out
+            *parents, leaf = known.derived_from.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        else:
+            own[name] = value
+    out["switches"] = own
+    return out
+
+
+def effective(switches: dict[str, str]) -> dict[str, str]:
+    """What a job gets from the stable set: the registry's defaults, then the file's values."""
+    from ..spec import switches as registry
+
+    return {**registry.defaults(), **switches}
