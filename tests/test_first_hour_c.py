@@ -133,8 +133,10 @@ def test_a_table_whose_minimums_do_not_fit_still_fits():
     """Ten columns at 40: below their minimums (a header then wraps), but no line past the edge."""
     columns = [f"column{i}" for i in range(10)]
     rows = [[f"value-{i}-{'x' * 20}" for i in range(10)]]
-    lines = rendered(fitted_table("a title longer than the table is wide, which wraps", columns, rows, None, 40), 40)
+    title = "campaign rp-slow-20261202-015634-bd70: 0 resubmitted, 0 failed to submit, 1 left as they are"
+    lines = rendered(fitted_table(title, columns, rows, None, 40), 40)
     assert max(cell_len(line) for line in lines) <= 40
+    assert " ".join(" ".join(lines).split()).startswith(title)  # a title is a sentence: wrapped whole, not elided
     assert squeeze_widths([10, 10], [8, 8], 4) == [2, 2]
     assert squeeze_widths([3, 40, 9], [3, 6, 6], 30) == [3, 18, 9]  # as fit_widths while the minimums fit
 

@@ -171,8 +171,12 @@ def fitted_table(title: str | None, columns: Sequence[str], rows: Iterable[Seque
                   for row in cells_]
         widths = list(fitted)
         if title is not None:
-            # The title on one line too: printed whole past the table's edge on a soft-wrapping console (ours).
-            title = Text(elide(title, width), style="table.title")
+            # A title is a sentence (`campaign C: 0 resubmitted, 1 left as they are`): wrapped at the width here,
+            # at its spaces, since our soft-wrapping console would print it whole past the edge.
+            import textwrap
+
+            title = Text("\n".join(textwrap.wrap(title, max(width, 1), break_on_hyphens=False)) or title,
+                         style="table.title")
     # On a narrow terminal no borders, one space before each cell: the cells get the columns.
     grid = Table(title=Text(title, style="table.title") if isinstance(title, str) else title, title_justify="left", show_lines=False,
                  box=None if narrow else box.HEAVY_HEAD, show_edge=not narrow, pad_edge=True,
