@@ -175,14 +175,13 @@ def wilson_upper(failures: int, runs: int) -> float:
 def clean_runs_to_bound(rate: float) -> int | None:
     """The fewest runs that, all passing, bound the failure rate at `rate` (Wilson 95% upper end); None above
     MAX_REPEATS (0.05 takes 73)."""
-    if rate <= 0:
+    if rate <= 0 or wilson_upper(0, MAX_REPEATS) > rate:
         return None
-    n = 1
-    while n <= MAX_REPEATS:
-        if wilson_upper(0, n) <= rate:
-            return n
-        n += 1 if n < 64 else n // 8
-    return None
+    low, high = 1, MAX_REPEATS  # the upper bound of 0/n falls as n grows: the first n within `rate`
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if wilson_upper(0, mid) <= rate else (mid + 1, high)
+    return low
 
 
 def decide_numerics_runs(outcomes: list[str]) -> tuple[str, str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ STABLE_ENV = "DSV4CTL_STABLE"
 MAX_STABLE_BYTES = 1 << 20
 TOP_KEYS = ("switches", "provenance", "gates")
 PROVENANCE_KEYS = ("promotion", "decision", "date", "commit", "runs", "figures", "note")
+SHAPE = "a stable set is a mapping with switches:, provenance: and gates:"
 HEADER = ("# The stable switch set (dsv4ctl promote writes this file; see docs/promotion.md).\n"
           "# Change a value only through `dsv4ctl promote SWITCH=VALUE`: each one's provenance says why.\n")
 
@@ -91,10 +93,10 @@ def parse_stable(text: str, path: Path) -> StableSet:
 
     try:
         data = parse_yaml(text, str(path)).data  # the spec loader's guards: depth, aliases, duplicate keys
-    except SpecError as exc:
-        raise StableError(str(exc)) from None
+    except SpecError as exc:  # in the loader's words for a spec; a stable set is said as one
+        raise StableError(str(exc).replace("a spec must be a mapping of keys (name:, model:, ...)", SHAPE)) from None
     if not isinstance(data, dict):
-        raise StableError(f"{path}: a stable set is a mapping with switches:, provenance: and gates:")
+        raise StableError(f"{path}: {SHAPE}")
     unknown = [str(k) for k in data if k not in TOP_KEYS]
     if unknown:
         raise StableError(f"{path}: unknown key {unknown[0]!r}; known: {', '.join(TOP_KEYS)}")
@@ -102,6 +104,11 @@ def parse_stable(text: str, path: Path) -> StableSet:
     provenance = _provenance(data.get("provenance"), str(path), switches)
     gates = parse_gates(data.get("gates"), str(path), path.parent)
     return StableSet(path, switches, provenance, gates, data.get("gates"), text)
+
+
+def shown(key: Any) -> str:
+    """A key as a message can print it: plain names bare, anything else quoted (a newline never splits a line)."""
+    return key if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,80}", key) else repr(key)[:80]
 
 
 def parse_switches(raw: Any, where: str) -> dict[str, str]:
@@ -114,7 +121,7 @@ def parse_switches(raw: Any, where: str) -> dict[str, str]:
         known = registry.BY_NAME.get(name) if isinstance(name, str) else None
         if known is None:
             close = registry.closest(str(name), 1) if isinstance(name, str) else []
-            raise StableError(f"{where}: switches.{name}: not a known switch"
+            raise StableError(f"{where}: switches.{shown(name)}: not a known switch"
                               + (f" (did you mean {close[0]}?)" if close else " (`dsv4ctl switches` lists them)"))
         try:
             out[name] = known.normalise(value)
@@ -131,12 +138,13 @@ def _provenance(raw: Any, where: str, switches: dict[str, str]) -> dict[str, dic
     out = {}
     for name, entry in raw.items():
         if not isinstance(name, str) or not isinstance(entry, dict):
-            raise StableError(f"{where}: provenance.{name} must be a mapping (promotion, date, commit, runs, ...)")
+            raise StableError(f"{where}: provenance.{shown(name)} must be a mapping (promotion, date, commit, runs, "
+                              "...)")
         bad = [str(k) for k in entry if k not in PROVENANCE_KEYS]
         if bad:
-            raise StableError(f"{where}: provenance.{name}: unknown key {bad[0]!r}; known: "
+            raise StableError(f"{where}: provenance.{shown(name)}: unknown key {bad[0]!r}; known: "
                               f"{', '.join(PROVENANCE_KEYS)}")
-        _check_entry(entry, f"{where}: provenance.{name}")
+        _check_entry(entry, f"{where}: provenance.{shown(name)}")
         out[name] = copy.deepcopy(entry)
     return out
 
