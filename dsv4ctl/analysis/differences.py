@@ -72,7 +72,7 @@ def differences(store: Store, base: Side, cand: Side) -> list[dict[str, Any]]:
 def _timing(spec: dict[str, Any]) -> str:
     throughput = spec.get("throughput") or {}
     iterations = throughput.get("iterations") or 0
-    if not iterations:  # the probe warms up only before timed iterations (runtime/dsv4rt/probe.py)
+    if not iterations:  # the probe warms up only before timed iterations (runtime/dsv4rt/offline.py)
         return "one cold generation per run"
     return f"the median of {iterations} generations after {throughput.get('warmup', 0)} warm-up per run"
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from dsv4ctl.judge import markers
 
-from . import align_hooks, faults, probe
+from . import align_hooks, faults, stages
 
 ALIGN_DIR = "align"
 DEFAULT_TEXT = Path(__file__).resolve().parent / "data" / "perplexity.txt"
@@ -147,7 +147,7 @@ def run_rungs(fault: str | None) -> dict[str, Any]:
 
     found = attention.rungs(faults.mla_reader(fault) or "reference")
     for name, rung in found.items():
-        probe.say(f"align rung {name}: " + ", ".join(f"{k}={_shown(v)}" for k, v in rung.items()))
+        stages.say(f"align rung {name}: " + ", ".join(f"{k}={_shown(v)}" for k, v in rung.items()))
     return found
 
 
@@ -164,39 +164,39 @@ def compare_here(spec: dict[str, Any], directory: Path) -> dict[str, Any]:
     result = compare_dirs(directory, "engine", directory, "reference", spec["align"])
     (directory / "align.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
     for row in result["rungs"]:
-        probe.say(f"align {row['name']}: {'ok' if row['ok'] else 'BELOW TOLERANCE'} "
+        stages.say(f"align {row['name']}: {'ok' if row['ok'] else 'BELOW TOLERANCE'} "
                   + ", ".join(f"{k}={_shown(v)}" for k, v in row.items() if k not in ("name", "ok", "kind")))
-    probe.say(f"align verdict: {result['verdict']}")
+    stages.say(f"align verdict: {result['verdict']}")
     return result
 
 
 def main(spec: dict[str, Any]) -> int:
     fault = faults.active()
     align = spec["align"]
-    probe.env_stage(spec)
-    probe.config_stage(spec)
-    probe.registry_stage(spec)
+    stages.env_stage(spec)
+    stages.config_stage(spec)
+    stages.registry_stage(spec)
     directory = Path(ALIGN_DIR)
     directory.mkdir(exist_ok=True)
     rungs = {}
     if align["rungs"]:
-        probe.stage("align rungs")
+        stages.stage("align rungs")
         rungs = run_rungs(fault)
-    probe.stage("engine init (the real test)")
+    stages.stage("engine init (the real test)")
     from vllm import LLM, SamplingParams
 
     started = time.perf_counter()
     # Hooks need eager mode (torch.compile graphs skip them); a cached prefix would shorten a prompt's prefill.
-    llm = LLM(**{**probe.engine_kwargs(spec), "enforce_eager": True, "enable_prefix_caching": False})
+    llm = LLM(**{**stages.engine_kwargs(spec), "enforce_eager": True, "enable_prefix_caching": False})
     engine_ready_s = time.perf_counter() - started
-    probe.say(markers.engine_ready_line(engine_ready_s))
+    stages.say(markers.engine_ready_line(engine_ready_s))
     tokenizer = llm.get_tokenizer()
     prompts = [prompt_ids(tokenizer, r) for r in spec["requests"]]
     sampling, expect = spec["sampling"], spec["expect"]
-    probe.say(markers.dsv4_line("DSV4_EXPECT", {"max_tokens": sampling["max_tokens"], "ignore_eos":
+    stages.say(markers.dsv4_line("DSV4_EXPECT", {"max_tokens": sampling["max_tokens"], "ignore_eos":
                                                 sampling["ignore_eos"], "n_requests": len(prompts), "bos_id":
                                                 expect["bos_id"], "max_repeat_run": expect["max_repeat_run"]}))
-    probe.stage("align capture")
+    stages.stage("align capture")
     perturb = faults.perturb_layer(fault)
     layers = llm.apply_model(functools.partial(align_hooks.install, keep=align["keep_positions"], perturb=perturb))[0]
     check_layers(align, layers, perturb, fault)
@@ -208,7 +208,7 @@ def main(spec: dict[str, Any]) -> int:
     if perturb is not None:
         if not applied:
             raise faults.FaultRefused(f"DSV4_FAULT={fault}: layer {perturb[0]}'s hook never ran: nothing perturbed")
-        probe.say(markers.dsv4_line("DSV4_FAULT", f"{fault}: applied to decoder layer {perturb[0]} in {applied} "
+        stages.say(markers.dsv4_line("DSV4_FAULT", f"{fault}: applied to decoder layer {perturb[0]} in {applied} "
                                                   f"forward(s), noise {perturb[1]:g} of the stream's norm, "
                                                   "engine only"))
     ppl_ids = perplexity_ids(tokenizer, align, spec["model"]["max_model_len"])
@@ -217,19 +217,19 @@ def main(spec: dict[str, Any]) -> int:
     save_capture(directory, "engine", _capture_meta("engine", f"vllm {vllm.__version__}", spec, layers, metas,
                                                     engine_perplexity(llm, ppl_ids), rungs=rungs), tensors)
     for index, out in enumerate(outputs):
-        probe.request_block(index, out, tokenizer, expect["bos_id"], None)
+        stages.request_block(index, out, tokenizer, expect["bos_id"], None)
     result = None
     if align["reference"] == "hf":
-        probe.stage("align reference (transformers, float32, cpu)")
+        stages.stage("align reference (transformers, float32, cpu)")
         hf_reference(spec, prompts, ppl_ids, directory)
-        probe.stage("align compare")
+        stages.stage("align compare")
         result = compare_here(spec, directory)
     else:
-        probe.say(f"align reference {align['reference']}: compared when dsv4ctl judges the run")
+        stages.say(f"align reference {align['reference']}: compared when dsv4ctl judges the run")
     metrics = {"gen_s": round(gen_s, 6), "engine_ready_s": round(engine_ready_s, 3),
                "output_tokens": sum(len(m["greedy_ids"]) for m in metas)}
     metrics.update((result or {}).get("metrics") or {})
-    probe.say(markers.dsv4_line("DSV4_METRICS", metrics))
+    stages.say(markers.dsv4_line("DSV4_METRICS", metrics))
     aligned = result is None or result["aligned"]
-    probe.say(markers.dsv4_line("DSV4_VERDICT", "COHERENT" if aligned else f"DIVERGED ({result['verdict']})"))
-    return 0 if aligned or faults.force_exit0() else probe.EXIT_NOT_COHERENT
+    stages.say(markers.dsv4_line("DSV4_VERDICT", "COHERENT" if aligned else f"DIVERGED ({result['verdict']})"))
+    return 0 if aligned or faults.force_exit0() else stages.EXIT_NOT_COHERENT

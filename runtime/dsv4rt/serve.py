@@ -26,7 +26,7 @@ from typing import Any
 from dsv4ctl.judge import markers
 
 from . import faults, loadgen, loadplan, server as serverlib
-from .probe import EXIT_NOT_COHERENT, config_stage, env_stage, say, stage
+from .stages import EXIT_NOT_COHERENT, config_stage, env_stage, say, stage
 
 SERVER_LOG = "server.log"
 REQUESTS_FILE = "serve-requests.jsonl"

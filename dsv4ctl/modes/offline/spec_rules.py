@@ -1,5 +1,5 @@
 """The spec half of mode: offline: no rules beyond every spec's, and the metrics the probe's DSV4_METRICS line
-records (runtime/dsv4rt/probe.py)."""
+records (runtime/dsv4rt/offline.py)."""
 
 from __future__ import annotations
 
