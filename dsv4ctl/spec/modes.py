@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..modes.align import spec_rules as align
 from ..modes.offline import spec_rules as offline
-from ..modes.serve import rules as serve
+from ..modes.serve import spec_rules as serve
 from .findings import Finding
 
 

@@ -1,8 +1,7 @@
-"""Domain rules for `mode: serve` specs (issue 14): loads that measure something other than what was meant.
-
-Same shape as rules.py (which runs these with the others): each rule yields findings with a dotted field path,
-a message and a `why`.
-"""
+"""The spec half of mode: serve (issue 14): rules for loads that measure something other than what was meant, and
+the metrics a serve job records. Read by spec/modes.py; imports only the spec's models and findings (and the
+stdlib-only judge), so the spec layer can use it. Each rule yields findings with a dotted field path, a message and
+a `why`, as spec/rules.py's do."""
 
 from __future__ import annotations
 
