@@ -178,18 +178,6 @@ def campaign_sides(store: "Store", campaign: str) -> ChosenSides:
     return ChosenSides(side("baseline", base), side("candidate", cand))
 
 
-def ab_campaigns_of(store: "Store", baseline: str, candidate: str) -> list[str]:
-    """The `--ab` campaigns whose baseline is experiment `baseline` and candidate experiment `candidate`, and that
-    hold nothing else, newest first."""
-    rows = store.db.execute(
-        "SELECT c.name FROM campaigns c JOIN runs r ON r.campaign_id = c.id "
-        "JOIN experiments e ON e.id = r.experiment_id GROUP BY c.id "
-        "HAVING sum(r.side = 'baseline' AND e.name = ?) > 0 AND sum(r.side = 'candidate' AND e.name = ?) > 0 "
-        "AND sum(NOT ((r.side = 'baseline' AND e.name = ?) OR (r.side = 'candidate' AND e.name = ?))) = 0 "
-        "ORDER BY c.id DESC", [baseline, candidate, baseline, candidate]).fetchall()
-    return [r[0] for r in rows]
-
-
 def _is_plain_name(store: "Store", ref: str) -> bool:
     """A side written as a bare experiment name (not a prefix form, run ids, a spec file or a label)."""
     if ":" in ref or "," in ref or ref.isdigit() or Path(ref).is_file():
@@ -208,7 +196,9 @@ def choose_sides(store: "Store", baseline: str | None, candidate: str | None,
     if baseline is None or candidate is None:
         raise UsageError("give BASELINE CANDIDATE, or --campaign C for an A/B campaign's own two sides")
     if _is_plain_name(store, baseline) and _is_plain_name(store, candidate):
-        found = ab_campaigns_of(store, baseline, candidate)
+        from ..store.queries import ab_campaigns
+
+        found = ab_campaigns(store, baseline, candidate)
         if len(found) > 1:
             raise UsageError(f"{baseline} and {candidate} are the sides of {len(found)} A/B campaigns "
                              f"({', '.join(found[:6])}): pick one with --campaign, or compare every run of the two "

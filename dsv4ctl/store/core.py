@@ -43,11 +43,13 @@ class RunRow:
         """The one JSON shape of a run (runs, show, status, submit): nested objects and arrays, never JSON inside a
         string, and null where the scheduler printed a placeholder ("Unknown", "None assigned")."""
         data = {k: (None if v in PLACEHOLDERS else v) for k, v in self.data.items()
-                if k not in ("point_json", "switches_json", "tags")}
+                if k not in ("point_json", "switches_json", "tags", "origin_json")}
         data["point"] = json.loads(self.data.get("point_json") or "{}")
         data["switches"] = json.loads(self.data.get("switches_json") or "{}")
         data["tags"] = [t for t in (self.data.get("tags") or "").split(",") if t]
         data["ingested"] = bool(self.data.get("ingested"))
+        if "origin_json" in self.data:  # brought in by `db import`: where the run was first recorded
+            data["origin"] = json.loads(self.data["origin_json"]) if self.data["origin_json"] else None
         return data
 
 
