@@ -74,6 +74,8 @@ def test_a_stable_file_reads_with_values_as_the_job_gets_them(tmp_path):
      "give repeats >= 73"),
     ("switches: {DSV4_MOE_ROUTING_Q1: 1}\ngates: {e2e: {spec: a.yaml}}", "give max_failure_rate"),
     ("switches: {DSV4_MOE_ROUTING_Q1: 1}\ngates: {throughput: {spec: a.yaml, repeats: 3}}", ">= 6 pairs"),
+    ("switches: {DSV4_MOE_ROUTING_Q1: 1}\ngates: {throughput: {spec: a.yaml, repeats: 3, require: not_slower}}",
+     ">= 4 pairs are needed for a slowdown to be significant"),
     ("switches: {DSV4_MOE_ROUTING_Q1: 1}\ngates: {numerics: {spec: a.yaml, command: x}}", "not both"),
     ("switches: {DSV4_MOE_ROUTING_Q1: 1}\ngates: {throughput: {spec: a.yaml, require: luck}}", "faster, not_slower"),
     ("[1, 2]", "a stable set is a mapping"),

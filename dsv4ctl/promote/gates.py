@@ -131,7 +131,7 @@ def _e2e(gate: Gate, value: dict, where: str) -> Gate:
 
 
 def _throughput(gate: Gate, value: dict, where: str) -> Gate:
-    from ..analysis.stats import ci_min_samples
+    from ..analysis.stats import ci_min_samples, min_samples
 
     metric = value.get("metric", "gen_s")
     if not (isinstance(metric, str) and metric.isidentifier()):
@@ -143,10 +143,13 @@ def _throughput(gate: Gate, value: dict, where: str) -> Gate:
     require = value.get("require", "faster")
     if require not in REQUIRES:
         raise GateError(f"{where}.require must be one of: {', '.join(REQUIRES)}")
-    least = ci_min_samples(0.95)
+    # `faster` needs compare's promote (bounded medians); `not_slower` needs at least the runs with which the
+    # test can reach alpha at all, or the gate could never refuse anything.
+    least = ci_min_samples(0.95) if require == "faster" else min_samples(alpha)
     if gate.repeats < least:
-        raise GateError(f"{where}: repeats {gate.repeats} is too few: >= {least} pairs give the medians a bounded "
-                        "95% interval")
+        raise GateError(f"{where}: repeats {gate.repeats} is too few: " + (
+            f">= {least} pairs give the medians a bounded 95% interval" if require == "faster" else
+            f">= {least} pairs are needed for a slowdown to be significant at alpha {alpha:g}"))
     return Gate(**{**gate.__dict__, "metric": metric, "factor": factor, "alpha": alpha, "require": require})
 
 
