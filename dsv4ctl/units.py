@@ -112,3 +112,27 @@ def since_cutoff(value: str) -> datetime:
         raise UsageError(f"--since {value!r}: give a date or time (2026-12-01, 2026-12-01T09:00) or an age "
                          "(90m, 6h, 2d)") from None
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def slurm_time_s(text: str | None) -> float | None:
+    """A Slurm time limit in seconds (M, M:S, H:M:S, D-H[:M[:S]]); None when unset or unreadable."""
+    if not text:
+        return None
+    try:
+        return _slurm_seconds(str(text))
+    except ValueError:
+        return None
+
+
+def _slurm_seconds(text: str) -> float:
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        seconds = int(days) * 86400 + sum(v * m for v, m in zip(parts, (3600, 60, 1)))
+    elif len(parts) == 1:
+        seconds = parts[0] * 60  # Slurm reads a bare number as minutes
+    elif len(parts) == 2:
+        seconds = parts[0] * 60 + parts[1]
+    else:
+        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    return float(seconds)

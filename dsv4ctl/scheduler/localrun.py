@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .localprocs import CPUS_ENV, JOB_ENV, CpuSlots, job_marker, kill_job
+from ..units import slurm_time_s
 
 STATE_FILE = "local-state.json"
 PID_FILE = "local-wrapper.pid"
@@ -97,30 +98,6 @@ def time_limit_s(run_dir: Path) -> float | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return slurm_time_s(text)
-
-
-def slurm_time_s(text: str | None) -> float | None:
-    """A Slurm time limit in seconds (M, M:S, H:M:S, D-H[:M[:S]]); None when unset or unreadable."""
-    if not text:
-        return None
-    try:
-        return _slurm_seconds(str(text))
-    except ValueError:
-        return None
-
-
-def _slurm_seconds(text: str) -> float:
-    days, _, rest = text.rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    if days:
-        seconds = int(days) * 86400 + sum(v * m for v, m in zip(parts, (3600, 60, 1)))
-    elif len(parts) == 1:
-        seconds = parts[0] * 60  # Slurm reads a bare number as minutes
-    elif len(parts) == 2:
-        seconds = parts[0] * 60 + parts[1]
-    else:
-        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
-    return float(seconds)
 
 
 class _Cancelled(Exception):

@@ -135,7 +135,7 @@ def job_flags_not_in_args(spec: ExperimentSpec) -> Iterator[Finding]:
 
 def load_fits_the_time_limit(spec: ExperimentSpec) -> Iterator[Finding]:
     """A load that cannot end before slurm.time: the job is killed in its load, every time."""
-    from ...scheduler.localrun import slurm_time_s
+    from ...units import slurm_time_s
 
     load = _serve(spec)
     limit = slurm_time_s(spec.slurm.time)
