@@ -194,7 +194,24 @@ def render_stable(stable: StableSet, switches: dict[str, str], provenance: dict[
         data["provenance"] = kept
     if stable.raw_gates is not None:
         data["gates"] = stable.raw_gates
-    return HEADER + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=None, width=100)
+    return HEADER + yaml.dump(data, Dumper=_dumper(), sort_keys=False, allow_unicode=True, default_flow_style=None,
+                              width=100)
+
+
+def _dumper():
+    """PyYAML's safe dumper, but a text holding a line break YAML folds (NEL, LS, PS) is double-quoted, where it is
+    escaped: written plain or single-quoted, NEL reads back as a space (found by the round-trip fuzz)."""
+    import yaml
+
+    class StableDumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: yaml.SafeDumper, value: str):
+        style = '"' if any(c in value for c in "\x85\u2028\u2029") else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    StableDumper.add_representer(str, text)
+    return StableDumper
 
 
 def write_stable(stable: StableSet, switches: dict[str, str], provenance: dict[str, dict[str, Any]]) -> str:
