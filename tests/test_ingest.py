@@ -163,3 +163,15 @@ def test_the_copy_goes_where_the_runs_directory_is_configured(capsys, tmp_path, 
     code, out, _ = run_main(capsys, "ingest", "--log", LOGS / "J08.log", "--experiment", "e", "--db",
                             tmp_path / "r.db", "--json")
     assert code == 0 and json.loads(out)["log_path"].startswith(str(tmp_path / "elsewhere" / "ingested"))
+
+
+def test_an_unknown_switch_is_refused_as_validate_refuses_it(capsys, tmp_path):
+    """issue 26 m18: `ingest --switch DSV4_NOPE=1` was recorded silently (validate refuses the same switch)."""
+    db = tmp_path / "r.db"
+    log = perf_log(tmp_path, "s", 20.0)
+    code, _, err = run_main(capsys, "ingest", "--log", log, "--experiment", "sw", "--switch", "DSV4_NOPE=1", "--db", db)
+    assert code == 2 and "--switch DSV4_NOPE: unknown switch" in err and "Traceback" not in err
+    assert not db.exists() or open_store(db).runs() == []
+    code, out, _ = run_main(capsys, "ingest", "--log", log, "--experiment", "sw", "--switch", "DSV4_MOE_ROUTING_Q1=1",
+                            "--db", db)
+    assert code == 0 and open_store(db).runs()[0].to_json()["switches"] == {"DSV4_MOE_ROUTING_Q1": "1"}

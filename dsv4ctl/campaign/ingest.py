@@ -2,7 +2,7 @@
 
 Issue 29: the log (and its sacct text, and what its mode judges beside it: a serve run's serve files, an align
 run's capture) is copied into the runs directory, `runs/ingested/<token>/`, so the run can be judged again after
-the original is gone; it is judged by its mode (dsv4ctl/modes.py) exactly as `dsv4ctl verdict RUN` judges it later.
+the original is gone; it is judged by its mode (dsv4ctl/modes/registry.py) exactly as `dsv4ctl verdict RUN` judges it later.
 Only a regular file is read (a pipe or /dev/zero never ends), at most MAX_LOG_BYTES; one that looks binary or has
 no job-log marker at all is refused without --force. The same content ingested twice is refused, naming the run it
 already is (its SHA-256 is stored), unless --again: a second copy counts twice in compare, history and references.
@@ -62,8 +62,16 @@ def parse_switches(pairs: list[str]) -> dict[str, str]:
         name, sep, value = pair.partition("=")
         if not sep:
             raise Dsv4Error(f"--switch {pair!r}: write NAME=VALUE")
-        if name in BY_NAME:
+        if name not in BY_NAME:  # as validate refuses it in a spec (issue 26 m18)
+            from ..spec.switches import closest
+
+            near = closest(name)
+            raise UsageError(f"--switch {name}: unknown switch; "
+                             + (f"did you mean {', '.join(near)}?" if near else "see `dsv4ctl switches`"))
+        try:
             value = BY_NAME[name].normalise(value) if BY_NAME[name].kind != "text" else value
+        except ValueError as exc:
+            raise UsageError(f"--switch {name}={value}: {exc}") from None
         switches[name] = value
     return switches
 
