@@ -204,3 +204,11 @@ def test_dot_relative_paths_resolve_against_the_file_that_wrote_them(write_spec,
     assert spec.model.path == str((tmp_path / "models" / "m").resolve())
     assert spec.environment.venv == str((tmp_path / "sub" / "venv").resolve())
     assert spec.environment.pythonpath == [str((tmp_path / "lib").resolve()), "/abs"]
+
+
+def test_a_missing_base_is_named_where_extends_names_it(tmp_path):
+    """issue 26 m5: `extends: nope.yaml` said the extending file was unreadable; the base is what is missing."""
+    spec = tmp_path / "ext.yaml"
+    spec.write_text("name: x\nextends: nope.yaml\n", encoding="utf-8")
+    with pytest.raises(SpecError, match=r"ext\.yaml:2:\d+: base nope\.yaml not found"):
+        load_spec(spec)

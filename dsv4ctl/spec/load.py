@@ -256,6 +256,8 @@ def read_document(path: Path, _chain: tuple[Path, ...] = ()) -> Document:
         return doc
     if not isinstance(parent, str) or not parent or "\x00" in parent:
         raise SpecError(f"{doc.locate(('extends',))}: `extends` must be a file path")
+    if not (path.parent / parent).exists():  # the base is what is missing, not this file (issue 26 m5)
+        raise SpecError(f"{doc.locate(('extends',))}: base {parent} not found (looked for {path.parent / parent})")
     base = read_document(path.parent / parent, _chain + (resolved,))
     own = {k: v for k, v in doc.locations.items() if k != ("extends",)}
     inherited = {k: v for k, v in base.locations.items() if k == () or not _replaced_in(k, doc.data)}
