@@ -111,6 +111,13 @@ def test_a_switch_passing_all_three_gates_is_promoted_and_the_file_says_why(clus
     assert row["value"] == "1" and row["promotion"] == 1 and len(row["runs"]) == 8 + 12
     again = promote(tmp_path)  # the stable file now has it: nothing to promote, a usage error
     assert again.returncode == 2 and "has this already" in again.stderr
+    promoted = stable.read_text()
+    demoted = dsv4ctl(tmp_path, "promote", "--demote", SWITCH, "--backend", "slurm", "--runs-dir",
+                      str(tmp_path / "runs"), "--yes", "--json")
+    result = result_of(demoted)  # off, it is slower again: the throughput gate keeps it on
+    assert demoted.returncode == 1 and result["kind"] == "demote" and result["promotion"] == 2
+    assert result["diff"] == [{"name": SWITCH, "before": "1", "after": "0"}]
+    assert outcomes(result)["throughput"] == "failed" and stable.read_text() == promoted
 
 
 def test_failing_numerics_never_submits_an_e2e_job(cluster, tmp_path):  # noqa: F811

@@ -16,8 +16,7 @@ StableOpt = Annotated[Optional[Path], typer.Option(
     "--stable", help="The stable file [env: DSV4CTL_STABLE; else dsv4ctl.toml's [promote] stable, else stable.yaml "
                      "beside dsv4ctl.toml, else ./stable.yaml].", show_default=False)]
 
-stable_app = typer.Typer(help="The stable switch set: each switch's value and the promotion that set it.",
-                         invoke_without_command=True)
+stable_app = typer.Typer(invoke_without_command=True)  # its help is the callback's docstring
 
 
 @stable_app.callback()
