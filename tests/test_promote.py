@@ -252,3 +252,19 @@ def test_the_migration_makes_the_promotion_tables(tmp_path):
 
     store = open_store(tmp_path / "r.db")
     assert {"promotions", "promotion_gates", "promotion_campaigns"} <= set(store.db.table_names())
+
+
+def test_the_sample_stable_file_builds_a_valid_spec_for_every_gate_and_side():
+    from dsv4ctl.promote.gate_runs import GateRunner
+
+    from .conftest import EXPERIMENTS
+
+    stable = load_stable(EXPERIMENTS / "stable.yaml")
+    prepared = prepare(stable, "promote", {"DSV4_FP8_TRITON_GEMM": "1"})
+    runner = GateRunner(None, 7, prepared, None, lambda line: None)
+    for name, gate in stable.gates.items():
+        for side in ("base", "cand"):
+            spec = runner.spec(gate, side)
+            assert spec.resolved_switches()["DSV4_FP8_TRITON_GEMM"] == ("1" if side == "cand" else "0")
+            assert spec.name.endswith(f".p7{name[0]}-{side}") and spec.model.moe_backend == "emulation"
+    assert runner.spec(stable.gates["e2e"], "cand").batch == 8  # the gate's overrides

@@ -45,7 +45,13 @@ class Gate:
     overrides: dict[str, Any] = field(default_factory=dict, hash=False)
 
     def to_json(self) -> dict[str, Any]:
-        data = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+        """The keys this kind of gate takes (a numerics gate has no metric), as the file would say them."""
+        data = {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()
+                if k == "name" or k in _KEYS[self.name]}
+        if self.command:
+            data.pop("repeats", None)
+        else:
+            data.pop("timeout_s", None)
         return {k: v for k, v in data.items() if v not in (None, {})}
 
 
