@@ -257,9 +257,9 @@ def test_the_migration_makes_the_promotion_tables(tmp_path):
 def test_the_sample_stable_file_builds_a_valid_spec_for_every_gate_and_side():
     from dsv4ctl.promote.gate_runs import GateRunner
 
-    from .conftest import EXPERIMENTS
+    from .conftest import FIXTURES
 
-    stable = load_stable(EXPERIMENTS / "stable.yaml")
+    stable = load_stable(FIXTURES / "promote" / "report-stable.yaml")
     prepared = prepare(stable, "promote", {"DSV4_FP8_TRITON_GEMM": "1"})
     runner = GateRunner(None, 7, prepared, None, lambda line: None)
     for name, gate in stable.gates.items():
