@@ -30,6 +30,8 @@ def compare(baseline: SideArg = None, candidate: SideArg = None, metric: MetricO
                 help="lower or higher is better [default: from the metric's name].", callback=check_direction)]
             = None,
             markdown: Annotated[bool, typer.Option("--markdown", help="Print a Markdown table.")] = False,
+            profile: Annotated[bool, typer.Option("--profile", help="Also the A/B of the passed runs' profiles: "
+                                                  "per category and module, as `dsv4ctl profile A B`.")] = False,
             db: DbOpt = None, json: JsonOpt = False) -> None:
     """Compare two sets of runs: correctness gate, what differs, statistics, decision. Two experiments that are
     one --ab campaign's sides mean that campaign's runs only; cancelled runs are left out and said so.
@@ -39,14 +41,26 @@ def compare(baseline: SideArg = None, candidate: SideArg = None, metric: MetricO
     from .options import open_store
 
     # With --json, a failure is a JSON error object on stderr: cli.main does that for every command.
-    result = run_compare(open_store(db, must_exist=True), baseline, candidate, parse_metrics(metric), alpha, factor,
+    store = open_store(db, must_exist=True)
+    result = run_compare(store, baseline, candidate, parse_metrics(metric), alpha, factor,
                          expect_diff, direction, campaign=campaign)
+    profiled = None
+    if profile:  # issue 23: the A/B of compare's own runs' profiles; the decision and exit code stay compare's
+        from ..profile.compared import compare_profiles
+
+        profiled = compare_profiles(store, result)
     if json:
-        output.emit_json(result.to_json())
+        output.emit_json({**result.to_json(), **({"profile": profiled.to_json()} if profiled else {})})
     elif markdown:
-        output.raw(to_markdown(result))
+        from .profile_cmd import profile_markdown
+
+        output.raw(to_markdown(result) + (profile_markdown(profiled) if profiled else ""))
     else:
         show(result)
+        if profiled:
+            from .profile_cmd import show_profile_comparison
+
+            show_profile_comparison(profiled)
     raise typer.Exit(result.exit_code)
 
 

@@ -73,7 +73,6 @@ def _show(profiles, as_json: bool) -> None:
 
 def _compare(targets, found, alpha, min_change, min_us, as_json: bool) -> None:
     from ..profile.diff import Gate, diff_profiles
-    from ..profile.view import diff_rows
 
     result = diff_profiles(targets[0], [p.ranks for p in found[0]], targets[1], [p.ranks for p in found[1]],
                            Gate(alpha, min_change, min_us))
@@ -83,15 +82,59 @@ def _compare(targets, found, alpha, min_change, min_us, as_json: bool) -> None:
         output.emit_json({**result.to_json(), "notes": notes, "changed": changed})
     else:
         output.text(f"baseline {targets[0]} ({len(found[0])} profiles) vs candidate {targets[1]} "
-                    f"({len(found[1])} profiles); gate: p < {alpha}, |change| >= {min_change:.0%} and >= {min_us:g} us")
-        output.table(None, ["kind", "name", "base us", "cand us", "delta us", "change", "p", "decision"],
-                     diff_rows(result))
-        if result.explains:
-            output.text(f"what explains the delta: {', '.join(result.explains)} "
-                        f"({result.explained_share:.0%} of the total change)")
-        for note in notes:
-            output.warn(note)
+                    f"({len(found[1])} profiles); {gate_text(result.gate)}")
+        show_diff(result, notes)
     raise typer.Exit(1 if changed else 0)
+
+
+def gate_text(gate) -> str:
+    return f"gate: p < {gate.alpha}, |change| >= {gate.min_relative:.0%} and >= {gate.min_us:g} us"
+
+
+DIFF_COLUMNS = ["kind", "name", "base us", "cand us", "delta us", "change", "p", "decision"]
+
+
+def show_diff(result, notes: list[str]) -> None:
+    """The A/B table of profiles, what explains the delta, and the notes (`profile A B`, `compare --profile`)."""
+    from ..profile.view import diff_rows
+
+    output.table(None, DIFF_COLUMNS, diff_rows(result))
+    if result.explains:
+        output.text(f"what explains the delta: {', '.join(result.explains)} "
+                    f"({result.explained_share:.0%} of the total change)")
+    for note in notes:
+        output.warn(note)
+
+
+def show_profile_comparison(pc) -> None:
+    """`compare --profile`'s section under compare's own output."""
+    output.text(f"profiles: {len(pc.baseline.profiled_runs)} baseline and {len(pc.candidate.profiled_runs)} "
+                f"candidate runs that passed; {gate_text(pc.gate)}", style="bold")
+    if pc.diff is None:
+        output.warn(f"no profile A/B: {pc.error}")
+        for note in pc.notes():
+            output.warn(note)
+        return
+    show_diff(pc.diff, pc.notes())
+
+
+def profile_markdown(pc) -> str:
+    """`compare --profile --markdown`: the same table in Markdown."""
+    from ..profile.view import diff_rows
+    from ..report.markdown import md
+
+    lines = ["", f"**profiles**: {len(pc.baseline.profiled_runs)} baseline and {len(pc.candidate.profiled_runs)} "
+             f"candidate runs that passed; {md(gate_text(pc.gate))}", ""]
+    if pc.diff is None:
+        lines.append(f"- no profile A/B: {md(pc.error)}")
+    else:
+        lines += ["| " + " | ".join(DIFF_COLUMNS) + " |", "|" + "---|" * len(DIFF_COLUMNS)]
+        lines += ["| " + " | ".join(md(cell) for cell in row) + " |" for row in diff_rows(pc.diff)]
+        if pc.diff.explains:
+            lines += ["", f"What explains the delta: {md(', '.join(pc.diff.explains))} "
+                          f"({pc.diff.explained_share:.0%} of the total change)."]
+    lines += [""] * bool(pc.notes()) + [f"- {md(note)}" for note in pc.notes()]
+    return "\n".join(lines) + "\n"
 
 
 def register(app: typer.Typer) -> None:

@@ -125,7 +125,7 @@ def diff_profiles(base_label: str, base: list[list[Breakdown]], cand_label: str,
         row.changed, row.why = _gate(row, gate, few)
         rows.append(row)
     rows.sort(key=lambda r: ({"total": 0, "category": 1, "module": 2}[r.kind], -abs(r.delta_us)))
-    explains, share = _explains(rows)
+    explains, share = _explains(rows, None if few else gate.alpha)
     notes = [f"{len(bv)} and {len(cv)} profiled runs: the test needs >= {min_samples(gate.alpha)} a side; the "
              "differences are shown, none is called a change"] if few else []
     return ProfileDiff(base_label, cand_label, rows, explains, share, gate, rules_hash, notes)
@@ -143,14 +143,16 @@ def _gate(row: DiffRow, gate: Gate, few: bool) -> tuple[bool, str]:
     return True, "changed"
 
 
-def _explains(rows: list[DiffRow]) -> tuple[list[str], float | None]:
-    """The fewest categories, largest change first, that move the same way as the total and add up to it."""
+def _explains(rows: list[DiffRow], alpha: float | None) -> tuple[list[str], float | None]:
+    """The fewest categories, largest change first, that move the same way as the total and add up to it. With
+    enough runs to test (`alpha` given) only the categories whose change is significant count: a category that
+    moved by noise (p >= alpha) explains nothing, so the list stops short of 100% rather than name every one."""
     total = next((r for r in rows if r.kind == "total"), None)
     if total is None or total.delta_us == 0:
         return [], None
     sign = 1 if total.delta_us > 0 else -1
-    moving = sorted((r for r in rows if r.kind == "category" and r.delta_us * sign > 0),
-                    key=lambda r: -abs(r.delta_us))
+    moving = sorted((r for r in rows if r.kind == "category" and r.delta_us * sign > 0
+                     and (alpha is None or (r.p is not None and r.p < alpha))), key=lambda r: -abs(r.delta_us))
     chosen, covered = [], 0.0
     for r in moving:
         chosen.append(r.name)

@@ -49,6 +49,12 @@ def profile_run(store, run, rules: RuleSet, keep: bool = True, again: bool = Fal
         if keep and not store.read_only:
             for b in ranks:
                 save_profile(store, run.id, window, b)
+    verdict, notes = judged(store, run)
+    return Profiled(str(run.label or run.id), window, ranks, run.id, verdict, notes)
+
+
+def judged(store, run) -> tuple[dict[str, Any] | None, list[str]]:
+    """The run's verdict (status, passed) and what its profile must say about it: not judged yet, or FAILED."""
     summary = store.verdict_summaries([run.id]).get(run.id)
     verdict = None if summary is None else {"status": summary["status"], "passed": summary["passed"]}
     notes = []
@@ -57,7 +63,7 @@ def profile_run(store, run, rules: RuleSet, keep: bool = True, again: bool = Fal
     elif not verdict["passed"]:
         notes.append(f"run {run.label or run.id} FAILED its verdict ({verdict['status']}): this profile is of a "
                      "broken run")
-    return Profiled(str(run.label or run.id), window, ranks, run.id, verdict, notes)
+    return verdict, notes
 
 
 def resolve(store_opener, target: str, rules: RuleSet, keep: bool = True, again: bool = False) -> list[Profiled]:

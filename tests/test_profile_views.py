@@ -1,0 +1,147 @@
+"""Profiles where a user meets them besides `dsv4ctl profile` (issue 23): `compare --profile`, `show RUN`, the
+campaign report's stacked bars, and a profile of a failed run saying so. The runs are real store rows (SQLite)
+with verdicts; their profiles are the breakdowns of the GPU-shaped fixtures (tests/fixtures/profiles) stored
+with save_profile. The candidate's are the baseline's with the shared expert grown by SHARED_GROWTH_US."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import shutil
+import subprocess
+
+import pytest
+
+from dsv4ctl.cli import main
+from dsv4ctl.profile.breakdown import read_breakdown
+from dsv4ctl.profile.store import save_profile
+from dsv4ctl.store import open_store
+
+from .conftest import FIXTURES
+from .test_compare import add_side, sample
+
+PROFILES = FIXTURES / "profiles"
+RANKS = ("cuda_tp2_rank0.pt.trace.json.gz", "cuda_tp2_rank1.pt.trace.json.gz")
+SHARED_GROWTH_US = 80.0  # per rank: over the gate's 50 us and 5% floors, the other categories move by noise
+SHARED_MODULES = ("DeepseekV4MLP", "MergedColumnParallelLinear", "DeepseekV4MoE", "DeepseekV4DecoderLayer",
+                  "DeepseekV4ForCausalLM")
+
+
+def _ranks(rng: random.Random, grow: float) -> list:
+    """One run's two ranks: the fixtures' breakdowns, a little noise (seeded), the shared expert grown by `grow`."""
+    out = []
+    for name in RANKS:
+        b = copy.deepcopy(read_breakdown(PROFILES / name))
+        noise = {k: abs(rng.gauss(0, 0.5)) for k in b.categories}
+        b.categories = {k: v + noise[k] for k, v in b.categories.items()}
+        b.kernel_us += sum(noise.values()) + grow
+        b.categories["moe_shared"] += grow
+        for m in SHARED_MODULES:
+            b.modules[m] += grow
+        out.append(b)
+    return out
+
+
+def profiled_store(path, n: int = 6, bad: int = 0, profiled: int | None = None):
+    """A j17-baseline / q1-off pair of n runs each (the candidate's first `bad` failed their verdict), the first
+    `profiled` of each side with stored profiles."""
+    store = open_store(path)
+    rng = random.Random(23)
+    base = add_side(store, "j17-baseline.yaml", sample(rng, 100, 1, n))
+    cand = add_side(store, "q1-off.yaml", sample(rng, 104, 1, n), bad=bad)
+    for side, grow in ((base, 0.0), (cand, SHARED_GROWTH_US)):
+        for run_id in side[:n if profiled is None else profiled]:
+            for b in _ranks(rng, grow):
+                save_profile(store, run_id, "skip2+3", b)
+    return store, base, cand
+
+
+def run_main(capsys, *args) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exited:
+        main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return exited.value.code or 0, out, err
+
+
+# ---- compare --profile -----------------------------------------------------------------------------------------
+
+
+def test_compare_profile_names_the_category_and_module_that_grew(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    profiled_store(db)
+    code, out, _ = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db, "--json")
+    plain = json.loads(out)
+    code_p, out, _ = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db, "--json", "--profile")
+    data = json.loads(out)
+    assert code_p == code and {k: v for k, v in data.items() if k != "profile"} == plain  # compare's own, unchanged
+    prof = data["profile"]
+    assert prof["error"] is None and len(prof["profiled"]["baseline"]) == len(prof["profiled"]["candidate"]) == 6
+    rows = {(r["kind"], r["name"]): r for r in prof["rows"]}
+    assert all({"name", "base_us", "cand_us", "delta_us", "p", "changed"} <= set(r) for r in prof["rows"])
+    shared = rows[("category", "moe_shared")]
+    assert shared["changed"] and shared["delta_us"] == pytest.approx(SHARED_GROWTH_US, abs=1.0) and shared["p"] < 0.05
+    assert rows[("module", "DeepseekV4MLP")]["changed"]
+    assert rows[("total", "(total)")]["delta_us"] == pytest.approx(SHARED_GROWTH_US, abs=3.0)
+    assert not rows[("category", "gemm")]["changed"] and not rows[("module", "FusedMoE")]["changed"]
+    assert prof["explains"] == ["moe_shared"] and prof["explained_share"] == pytest.approx(1.0, abs=0.05)
+    assert prof["changed"] and prof["gate"] == {"alpha": 0.05, "min_relative": 0.05, "min_us": 50.0}
+
+
+def test_compare_profile_in_the_terminal_and_markdown(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    profiled_store(db)
+    _, out, _ = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db, "--profile")
+    assert "profiles: 6 baseline and 6 candidate runs that passed" in out
+    line = next(l for l in out.splitlines() if "moe_shared" in l)
+    assert "+80." in line and "CHANGED" in line
+    assert "what explains the delta: moe_shared (100% of the total change)" in out
+    _, out, _ = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db, "--profile", "--markdown")
+    assert "| category | moe_shared |" in out and "CHANGED |" in out
+    _, out, _ = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db)
+    assert "moe_shared" not in out  # only when asked
+
+
+def test_compare_profile_leaves_failed_and_unprofiled_runs_out_and_says_so(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    _, base, cand = profiled_store(db, bad=2, profiled=5)
+    code, out, _ = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db, "--json", "--profile")
+    data = json.loads(out)
+    assert code == 1 and data["decision"] == "blocked"  # compare's decision: a run failed
+    prof = data["profile"]
+    assert prof["profiled"] == {"baseline": base[:5], "candidate": cand[2:5]}
+    notes = " ".join(prof["notes"])
+    assert "2 run(s) that did not pass their verdict are left out" in notes
+    assert "1 passed run(s) have no profile traces" in notes
+    assert prof["explains"] == ["moe_shared"] and 0.95 < prof["explained_share"] < 1.05
+
+
+def test_compare_profile_without_profiles_says_why_and_keeps_compare_s_exit(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    profiled_store(db, profiled=0)
+    code, out, _ = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db, "--json", "--profile")
+    prof = json.loads(out)["profile"]
+    assert prof["rows"] == [] and "no profiled run that passed on the baseline and the candidate side" in \
+        prof["error"]
+    code_t, out, err = run_main(capsys, "compare", "j17-baseline", "q1-off", "--db", db, "--profile")
+    assert code_t == code and "no profile A/B" in err and "Traceback" not in err
+
+
+def test_what_explains_the_delta_leaves_out_categories_that_moved_by_noise():
+    """Regression: every category that moved the total's way was listed until their sum reached the total's change,
+    so noise of 0.2 us in attention (p ~ 0.6) stood beside the shared expert's 80 us."""
+    from dsv4ctl.profile.diff import diff_profiles
+
+    def run(attention: float, grow: float) -> list:
+        b = copy.deepcopy(read_breakdown(PROFILES / RANKS[0]))
+        b.categories["attention"] += attention
+        b.categories["moe_shared"] += grow
+        b.kernel_us += attention + grow
+        return [b]
+
+    base = [run(0.4 * i, 0.0) for i in range(6)]
+    cand = [run(0.4 * i + 0.2, SHARED_GROWTH_US) for i in range(6)]
+    d = diff_profiles("A", base, "B", cand)
+    attention = next(r for r in d.rows if r.name == "attention")
+    assert attention.delta_us == pytest.approx(0.2) and attention.p > 0.05
+    assert d.explains == ["moe_shared"] and d.explained_share == pytest.approx(80.0 / 80.2)
