@@ -145,3 +145,60 @@ def test_what_explains_the_delta_leaves_out_categories_that_moved_by_noise():
     attention = next(r for r in d.rows if r.name == "attention")
     assert attention.delta_us == pytest.approx(0.2) and attention.p > 0.05
     assert d.explains == ["moe_shared"] and d.explained_share == pytest.approx(80.0 / 80.2)
+
+
+# ---- show RUN, and a profile of a failed run ---------------------------------------------------------------------
+
+
+def _run_with_traces(store, tmp_path, passed: bool) -> int:
+    """A run whose job left the TP-2 fixture traces in `<run dir>/profile/` (where the probe puts them)."""
+    run_dir = tmp_path / "runs" / "r1"
+    (run_dir / "profile").mkdir(parents=True)
+    for name in RANKS:
+        shutil.copy(PROFILES / name, run_dir / "profile" / name)
+    experiment = store.experiment_id("e", "h", "{}", "test")
+    run = store.add_run(experiment_id=experiment, token="t1", state="COMPLETED", run_dir=str(run_dir), label="P1")
+    store.save_verdict(run, {"status": "coherent" if passed else "degenerate", "passed": passed,
+                             "false_green": False, "py_exit": 0, "requests": [], "metrics": {"gen_s": 1.0},
+                             "first_blocker": None if passed else {"line": 3, "kind": "degenerate_output"}})
+    return run
+
+
+def test_show_says_where_unread_traces_are_then_draws_the_stored_profile(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    run = _run_with_traces(open_store(db), tmp_path, passed=True)
+    code, out, _ = run_main(capsys, "show", run, "--db", db)
+    assert code == 0 and f"not read yet: `dsv4ctl profile {run}` reads and stores them" in out
+    _, out, _ = run_main(capsys, "show", run, "--db", db, "--json")
+    assert json.loads(out)["profile"] is None  # nothing stored yet: show never reads a trace on the way
+    code, out, _ = run_main(capsys, "profile", run, "--db", db, "--json")
+    read = json.loads(out)
+    assert code == 0 and read["ranks"] == 2
+    code, out, _ = run_main(capsys, "show", run, "--db", db, "--json")
+    shown = json.loads(out)["profile"]
+    assert {k: v for k, v in read.items() if k != "per_rank"} == shown
+    expected = sum(read_breakdown(PROFILES / n).kernel_us for n in RANKS) / 2
+    assert shown["kernel_us"] == pytest.approx(expected) and shown["verdict"] == {"status": "coherent",
+                                                                                   "passed": True}
+    _, out, _ = run_main(capsys, "runs", "--db", db, "--json")
+    assert json.loads(out)[0]["profile"] == shown  # one run shape: runs --json carries it too
+    _, out, err = run_main(capsys, "show", run, "--db", db)
+    assert "not read yet" not in out and "profile:" in out and "categories" in out
+    assert "top 8 modules (inclusive)" in out and "DeepseekV4MLP" in out and "moe_routed" in out
+    assert "top kernels" not in out and "FAILED" not in out + err
+    assert out.index("profile:") < out.index("recorded fields") and "profile " not in out.split("recorded fields")[1]
+
+
+def test_a_profile_of_a_failed_run_says_so_in_profile_and_show(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    run = _run_with_traces(open_store(db), tmp_path, passed=False)
+    code, out, err = run_main(capsys, "profile", run, "--db", db)
+    assert code == 0 and "P1 FAILED its verdict (degenerate): this profile is of a broken run" in err
+    code, out, _ = run_main(capsys, "profile", run, "--db", db, "--json")
+    data = json.loads(out)
+    assert data["verdict"] == {"status": "degenerate", "passed": False}
+    assert any("FAILED its verdict (degenerate)" in n for n in data["notes"])
+    _, out, _ = run_main(capsys, "show", run, "--db", db, "--json")
+    assert any("FAILED its verdict" in n for n in json.loads(out)["profile"]["notes"])
+    _, out, err = run_main(capsys, "show", run, "--db", db)
+    assert "FAILED its verdict (degenerate)" in err

@@ -55,20 +55,39 @@ def profile(targets: TargetsArg,
 
 
 def _show(profiles, as_json: bool) -> None:
-    from ..profile.view import category_rows, headline, kernel_rows, module_rows, profile_json
+    from ..profile.view import profile_json
 
     data = [profile_json(p) for p in profiles]
     if as_json:
         output.emit_json(data[0] if len(data) == 1 else data)
         return
     for d in data:
-        output.text(headline(d))
-        for note in d["notes"]:
-            output.warn(note)
-        output.table("categories", ["category", "us", "share"], category_rows(d))
-        output.table("modules (inclusive)", ["module", "us", "share"], module_rows(d))
+        draw_profile(d)
+
+
+def draw_profile(d, modules: int = 15, kernels: bool = True) -> None:
+    """One profile in the terminal: its headline, what it must say (a FAILED verdict), categories, modules and
+    (unless `show` draws it) the top kernels."""
+    from ..profile.view import category_rows, headline, kernel_rows, module_rows
+
+    output.text(headline(d))
+    for note in d["notes"]:
+        output.warn(note)
+    output.table("categories", ["category", "us", "share"], category_rows(d))
+    output.table("modules (inclusive)" if modules >= len(d["modules"]) else f"top {modules} modules (inclusive)",
+                 ["module", "us", "share"], module_rows(d, modules))
+    if kernels:
         output.table("top kernels" if d["device"] == "gpu" else "top CPU ops", ["name", "count", "us"],
                      kernel_rows(d))
+
+
+def show_stored_profile(profile, unread: str | None, run_id) -> None:
+    """`show RUN`'s profile section: the stored profile, or where its traces wait to be read."""
+    if profile is not None:
+        output.text("profile:", style="bold")
+        draw_profile(profile, modules=8, kernels=False)
+    elif unread:
+        output.text(f"profile: traces in {unread}, not read yet: `dsv4ctl profile {run_id}` reads and stores them")
 
 
 def _compare(targets, found, alpha, min_change, min_us, as_json: bool) -> None:

@@ -48,6 +48,9 @@ def _run_json(store, row) -> dict:
     from ..modes.align.result import stored_alignment
 
     data["align"] = stored_alignment(store, row.id)  # mode: align runs only (None otherwise)
+    from ..profile.stored import stored_profile
+
+    data["profile"] = stored_profile(store, row)  # a profiled run's stored breakdown (issue 23; None otherwise)
     return data
 
 

@@ -64,6 +64,7 @@ def show_run(data: dict[str, Any]) -> None:
     verdict = data.pop("verdict") or {}
     metrics = data.pop("metrics")
     perf = data.pop("perf")
+    profile = data.pop("profile", None)
     output.text(f"run {data['id']} ({data['label']}): {data.get('state')}"
                 + (f", job {data['job_id']}" if data.get("job_id") else "")
                 + (f", elapsed {clock(data['elapsed_s'])}" if data.get("elapsed_s") is not None else ""))
@@ -93,6 +94,10 @@ def show_run(data: dict[str, Any]) -> None:
         from ..modes.align.view import show_alignment
 
         show_alignment(alignment)
+    from ..profile.stored import unread_traces
+    from .profile_cmd import show_stored_profile
+
+    show_stored_profile(profile, None if profile else unread_traces(data), data["id"])  # issue 23
     output.table("recorded fields", ["field", "value"],
                  [(k, human_field(k, v)) for k, v in data.items() if v not in (None, "", [], {})])
 
