@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import FIXTURES, ROOT
+from .test_bisect_slurm import rendered
 from .test_slurm import cluster  # noqa: F401 - the live-cluster fixture
 
 pytestmark = pytest.mark.slurm
@@ -180,3 +181,10 @@ def test_a_promotion_killed_mid_way_resumes_without_resubmitting_finished_runs(c
         count = db.execute("SELECT count(*) FROM runs").fetchone()[0]
     assert count == 8 + 12  # nothing planned twice
     assert all(after[i] == job for i, job in jobs_before.items())  # no finished run got a second job
+    page = tmp_path / "promotion.html"
+    report = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "promotion-report", "1", "--db",
+                             str(tmp_path / "r.db"), "-o", str(page)], capture_output=True, text=True, cwd=ROOT,
+                            timeout=60)
+    assert report.returncode == 0, report.stderr
+    dom = rendered(page)
+    assert "Promotion 1: promoted" in dom and "Gate throughput" in dom and SWITCH in dom

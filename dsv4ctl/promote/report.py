@@ -28,22 +28,31 @@ def promotion_data(store: Store, promotion_id: int) -> dict[str, Any]:
 
 
 def _value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
     return "(unset)" if v is None else str(v)
 
 
+def _md(v: Any) -> str:
+    from ..report.markdown import md
+
+    return md(_value(v))
+
+
 def render_markdown(data: dict[str, Any]) -> str:
-    lines = [f"# Promotion {data['promotion']}: {data['decision'] or data['state']}", "",
-             f"{data['kind']} in `{data['stable_path']}` (sha {data['stable_sha']}): {data['reason'] or ''}", "",
-             "## Stable diff", "", "| switch | stable | candidate |", "|---|---|---|"]
-    lines += [f"| {d['name']} | {_value(d['before'])} | {_value(d['after'])} |" for d in data["diff"]]
+    lines = [f"# Promotion {data['promotion']}: {_md(data['decision'] or data['state'])}", "",
+             f"{_md(data['kind'])} in {_md(data['stable_path'])} (sha {_md(data['stable_sha'])}): "
+             f"{_md(data['reason'] or '')}", "", "## Stable diff", "", "| switch | stable | candidate |",
+             "|---|---|---|"]
+    lines += [f"| {_md(d['name'])} | {_md(d['before'])} | {_md(d['after'])} |" for d in data["diff"]]
     for gate in data["gates"]:
-        lines += ["", f"## Gate {gate['gate']}: {gate['outcome']}", "", gate["reason"], ""]
-        figures = {k: v for k, v in gate["figures"].items() if k != "summary"}
-        lines += [f"- {k}: {v}" for k, v in figures.items()]
+        lines += ["", f"## Gate {_md(gate['gate'])}: {_md(gate['outcome'])}", "", _md(gate["reason"]), ""]
+        figures = {k: v for k, v in gate["figures"].items() if k != "summary" and v not in ("", None)}
+        lines += [f"- {_md(k)}: {_md(v)}" for k, v in figures.items()]
         if gate["run_rows"]:
             lines += ["", "| run | experiment | side | state | verdict |", "|---|---|---|---|---|"]
-            lines += [f"| {r['run']} | {r['experiment']} | {r['side'] or '-'} | {r['state']} | "
-                      f"{r['verdict'] or 'not judged'} |" for r in gate["run_rows"]]
+            lines += [f"| {r['run']} | {_md(r['experiment'])} | {_md(r['side'] or '-')} | {_md(r['state'])} | "
+                      f"{_md(r['verdict'] or 'not judged')} |" for r in gate["run_rows"]]
     return "\n".join(lines) + "\n"
 
 
@@ -56,7 +65,8 @@ def render_html(data: dict[str, Any]) -> str:
              + "".join(f"<tr><td>{e(d['name'])}</td><td>{e(d['before'])}</td><td>{e(d['after'])}</td></tr>"
                        for d in data["diff"]) + "</table>"]
     for gate in data["gates"]:
-        figures = "".join(f"<li>{e(k)}: {e(v)}</li>" for k, v in gate["figures"].items() if k != "summary")
+        figures = "".join(f"<li>{e(k)}: {e(v)}</li>" for k, v in gate["figures"].items()
+                          if k != "summary" and v not in ("", None))
         runs = "".join(f"<tr><td>{r['run']}</td><td>{e(r['experiment'])}</td><td>{e(r['side'] or '-')}</td>"
                        f"<td>{e(r['state'])}</td><td>{e(r['verdict'] or 'not judged')}</td></tr>"
                        for r in gate["run_rows"])
