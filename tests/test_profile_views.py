@@ -202,3 +202,69 @@ def test_a_profile_of_a_failed_run_says_so_in_profile_and_show(tmp_path, capsys)
     assert any("FAILED its verdict" in n for n in json.loads(out)["profile"]["notes"])
     _, out, err = run_main(capsys, "show", run, "--db", db)
     assert "FAILED its verdict (degenerate)" in err
+
+
+# ---- the campaign report's section -----------------------------------------------------------------------------
+
+
+def _report_page(tmp_path):
+    """A campaign's runs (6 + 6 profiled, the candidate's shared expert grown, one candidate failed its verdict) and
+    one run whose traces are not read yet: campaign_profiles' bars and the section rendered by itself."""
+    from types import SimpleNamespace
+
+    from dsv4ctl.profile.stored import campaign_profiles
+    from dsv4ctl.spec.render import _environment
+
+    store, base, cand = profiled_store(tmp_path / "r.db", bad=1)
+    unread = _run_with_traces(store, tmp_path, passed=True)
+    bars = campaign_profiles(store, store.runs_by_ids(base + cand + [unread]))
+    page = _environment().get_template("report_profile.html.j2").render(data=SimpleNamespace(profiles=bars))
+    return store, base, cand, unread, bars, page
+
+
+def test_campaign_profiles_are_one_bar_per_profiled_run(tmp_path):
+    from dsv4ctl.profile.store import load_profiles
+
+    store, base, cand, unread, bars, _ = _report_page(tmp_path)
+    assert [b["run"] for b in bars] == base + cand + [unread]
+    drawn = bars[:-1]
+    for bar in drawn:
+        ranks = load_profiles(store, bar["run"])
+        mean = {k: sum(r.categories[k] for r in ranks) / len(ranks) for k in ranks[0].categories}
+        assert {s["name"]: s["kernel_us"] for s in bar["segments"]} == pytest.approx(
+            {k: v for k, v in mean.items() if v > 0}, abs=1e-3)
+        assert sum(s["share"] for s in bar["segments"]) == pytest.approx(1.0, abs=1e-5)
+        names = [m["name"] for m in bar["modules"]]  # below the wrappers (ForCausalLM, DecoderLayer: ~100%)
+        assert names[0] == "DeepseekV4MoE" and "DeepseekV4MLP" in names and "DeepseekV4DecoderLayer" not in names
+    assert max(b["width"] for b in drawn) == 1.0
+    assert max(b["width"] for b in drawn[:6]) < min(b["width"] for b in drawn[6:])  # the grown candidate is longer
+    assert [b["run"] for b in drawn if b["failed"]] == [cand[0]]
+    assert bars[-1]["unread"] and bars[-1]["segments"] == [] and "dsv4ctl profile" in bars[-1]["notes"][0]
+
+
+def test_profile_section_is_self_contained_and_draws_in_chromium(tmp_path):
+    import re
+
+    _, base, cand, unread, bars, page = _report_page(tmp_path)
+    assert page.count('role="img"') == 12 and page.count('data-category="moe_shared"') == 12
+    assert "FAILED its verdict (degenerate)" in page and f"<code>dsv4ctl profile {unread}</code>" in page
+    assert not re.search(r"<script|<link|<img|src=|href=|url\(|https?://", page)  # no asset, nothing fetched
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is missing: ./scripts/setup installs it")
+    # measure the laid-out bars: each segment's width against its share, each bar's against its kernel time
+    probe = ("<script>for (const bar of document.querySelectorAll('[role=img]')) { const w = bar.getBoundingClientRect()"
+             ".width; bar.dataset.px = w.toFixed(2); for (const s of bar.children) s.dataset.frac = "
+             "(s.getBoundingClientRect().width / w).toFixed(4); }</script>")
+    html = f"<!DOCTYPE html><html><body style='width:1000px'>{page}{probe}</body></html>"
+    (tmp_path / "p.html").write_text(html, encoding="utf-8")
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                          f"--user-data-dir={tmp_path / 'chrome'}", "--dump-dom", f"file://{tmp_path / 'p.html'}"],
+                         capture_output=True, text=True, timeout=120).stdout
+    widths = [float(w) for w in re.findall(r'data-px="([\d.]+)"', dom)]
+    assert len(widths) == 12 and max(widths[:6]) < min(widths[6:])
+    for bar, px in zip(bars, widths):
+        assert px / max(widths) == pytest.approx(bar["width"], abs=0.01)
+    fracs = [float(f) for f in re.findall(r'data-frac="([\d.]+)"', dom)]
+    shares = [s["share"] for bar in bars for s in bar["segments"]]
+    assert fracs == pytest.approx(shares, abs=0.01)

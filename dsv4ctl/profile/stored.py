@@ -15,7 +15,8 @@ from .store import load_profiles
 from .targets import Profiled, judged
 from .view import profile_json, stacked_bars
 
-SHOWN_MODULES = 8  # `show`'s top modules; --json carries every one
+SHOWN_MODULES = 8  # the report's top modules; --json carries every one
+WHOLE = 0.95  # a module holding (nearly) all the time is a wrapper (ForCausalLM, DecoderLayer): not drawn
 
 
 def _stored_hashes(store, run_id: int) -> list[str]:
@@ -61,8 +62,9 @@ def unread_traces(run_json: dict[str, Any]) -> str | None:
 
 def campaign_profiles(store, rows) -> list[dict[str, Any]]:
     """The report's profile section: one stacked bar per profiled run of the campaign (`rows`: its RunRows), its
-    width the run's kernel time against the longest of the same device's, and a run with traces on disk but
-    none stored named with the command that reads them (found by its `profile/` folder, no log read)."""
+    width the run's kernel time against the longest of the same device's, its top modules below the model's
+    wrappers, and a run with traces on disk but none stored named with the command that reads them (found by its
+    `profile/` folder, no log read)."""
     found: list[dict[str, Any]] = []
     for row in rows:
         data = stored_profile(store, row)
@@ -70,7 +72,8 @@ def campaign_profiles(store, rows) -> list[dict[str, Any]]:
             bar = stacked_bars([data])[0]
             found.append({**bar, "run": row.id, "experiment": row.experiment, "device": data["device"],
                           "window": data["window"], "verdict": data["verdict"], "notes": data["notes"],
-                          "modules": data["modules"][:SHOWN_MODULES], "unread": None})
+                          "modules": [m for m in data["modules"] if m["share"] < WHOLE][:SHOWN_MODULES],
+                          "unread": None})
             continue
         folder = Path(row.run_dir) / "profile" if row.run_dir else None
         if folder is not None and _has_traces(folder):
