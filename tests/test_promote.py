@@ -268,3 +268,18 @@ def test_the_sample_stable_file_builds_a_valid_spec_for_every_gate_and_side():
             assert spec.resolved_switches()["DSV4_FP8_TRITON_GEMM"] == ("1" if side == "cand" else "0")
             assert spec.name.endswith(f".p7{name[0]}-{side}") and spec.model.moe_backend == "emulation"
     assert runner.spec(stable.gates["e2e"], "cand").batch == 8  # the gate's overrides
+
+
+def test_history_without_a_database_lists_the_file_record_and_creates_nothing(tmp_path, capsys):
+    path = stable_file(tmp_path, body="provenance: {DSV4_MOE_ROUTING_Q1: {note: 'off: 67.9 s -> 101.3 s'}}\n")
+    code, out, _ = run_cli(capsys, "stable", "history", "--stable", path, "--db", tmp_path / "r.db")
+    assert code == 0 and "DSV4_MOE_ROUTING_Q1: in the file: off: 67.9 s -> 101.3 s" in out
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_a_promotion_report_of_an_unknown_id_is_exit_2(tmp_path, capsys):
+    from dsv4ctl.store import open_store
+
+    open_store(tmp_path / "r.db").close()
+    code, _, err = run_cli(capsys, "promotion-report", "9", "--db", tmp_path / "r.db")
+    assert code == 2 and "no promotion 9 (none stored in this database)" in err

@@ -163,6 +163,17 @@ def test_throughput_jobs_refused_by_sbatch_could_not_decide(cluster, tmp_path): 
     assert done.returncode == 5 and result["decision"] == "could not decide", done.stderr[-3000:]
     assert outcomes(result)["throughput"] == "could not decide" and stable.read_text() == before
     assert "could not be tested" in result["reason"]
+    again = promote(tmp_path)  # the same command takes it up at the gate that could not run, nothing before it
+    assert again.returncode == 5 and result_of(again)["promotion"] == 1 and stable.read_text() == before
+    assert "gate throughput: resumed campaign promo1-throughput" in again.stderr  # sbatch asked again
+    assert "gate e2e" not in again.stderr
+    assert campaigns(tmp_path) == ["promo1-e2e", "promo1-throughput"]
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "r.db") as db:
+        counts = dict(db.execute("SELECT c.name, count(*) FROM runs r JOIN campaigns c ON c.id = r.campaign_id "
+                                 "GROUP BY c.name"))
+    assert counts == {"promo1-e2e": 8, "promo1-throughput": 12}
 
 
 def test_a_promotion_killed_mid_way_resumes_without_resubmitting_finished_runs(cluster, tmp_path):  # noqa: F811

@@ -49,7 +49,11 @@ def stable_history(switch: Annotated[Optional[str], typer.Argument(help="Only th
     from ..promote.stable import load_stable, locate
     from ..promote.views import history_data
 
-    data = history_data(open_store(db), load_stable(locate(stable_file)), switch)
+    from ..config import database
+
+    stable = load_stable(locate(stable_file))
+    store = open_store(db) if Path(database(db).value).exists() else None  # no database: the file's own record
+    data = history_data(store, stable, switch)
     if json:
         output.emit_json(data)
         return
