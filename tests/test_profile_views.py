@@ -268,3 +268,13 @@ def test_profile_section_is_self_contained_and_draws_in_chromium(tmp_path):
     fracs = [float(f) for f in re.findall(r'data-frac="([\d.]+)"', dom)]
     shares = [s["share"] for bar in bars for s in bar["segments"]]
     assert fracs == pytest.approx(shares, abs=0.01)
+
+
+def test_fixture_manifest_names_every_file_and_the_docs_its_shape_follows():
+    manifest = json.loads((PROFILES / "manifest.json").read_text(encoding="utf-8"))
+    fixtures = {p.name for p in PROFILES.iterdir() if p.is_file() and p.name not in ("manifest.json",
+                                                                                     "make_traces.py")}
+    assert set(manifest["files"]) == fixtures and manifest["captured"] is False
+    for name, entry in manifest["files"].items():
+        assert entry["shape"] and (entry["docs"] or name == "expected.json")
+        assert all(d.startswith("https://") for d in entry["docs"])
