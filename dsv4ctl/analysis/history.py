@@ -239,39 +239,85 @@ def known_words(word: str, known: list[str], what: str) -> str:
 
 def check_series(store: Any, experiment: str, metric: str) -> None:
     """An experiment no run belongs to, or a metric no run of it recorded, is a typo, not an empty history:
-    refused (exit 2) with the known ones, as `compare` refuses an unknown metric."""
+    refused (exit 2) with the known ones, as `compare` refuses an unknown metric. The known metrics are those of
+    the experiment's newest METRIC_NAMES_FROM runs (only read when the metric is not found)."""
     from ..errors import UsageError
+    from ..store.queries import experiment_ids, experiment_names, metric_names, metric_recorded, newest_run_ids
 
-    names = [row[0] for row in store.db.execute("SELECT DISTINCT e.name FROM experiments e "
-                                                "JOIN runs r ON r.experiment_id = e.id ORDER BY e.name")]
-    if experiment not in names:
+    ids = experiment_ids(store, experiment)
+    if not ids:
         raise UsageError(f"no run of an experiment named {experiment!r}"
-                         + known_words(experiment, names, "experiments"))
-    metrics = [row[0] for row in store.db.execute(
-        "SELECT DISTINCT m.name FROM metrics m JOIN runs r ON r.id = m.run_id JOIN experiments e "
-        "ON e.id = r.experiment_id WHERE e.name = ? ORDER BY m.name", [experiment])]
-    if metrics and metric not in metrics:
+                         + known_words(experiment, experiment_names(store), "experiments"))
+    if metric_recorded(store, ids, metric):
+        return
+    metrics = metric_names(store, newest_run_ids(store, ids, METRIC_NAMES_FROM))
+    if metrics:
         raise UsageError(f"no run of {experiment!r} has the metric {metric!r}"
                          + known_words(metric, metrics, "metrics present"))
 
 
-def samples(store: Any, experiment: str, metric: str, by: str = "commit", up_to_run: int | None = None) -> list[Sample]:
-    """Every passed run of `experiment` with `metric`, in run order (oldest first); only runs recorded up to run id
-    `up_to_run` when given (a campaign's report shows the history up to that campaign)."""
+METRIC_NAMES_FROM = 1000
+GROUPS_SHOWN = 50  # a history shows the newest 50 commits (or dates) unless asked for all of them
+_PAGE = 2000
+
+
+def _group(by: str, sha: str | None, vllm: str | None, when: str | None) -> str:
+    return (sha or (f"vllm {vllm}" if vllm else "unknown")) if by == "commit" else (when or "?")[:10]
+
+
+def _newest_first(store: Any, experiment: str, metric: str, up_to_run: int) -> Any:
+    """Every passed run of `experiment` with `metric` up to run id `up_to_run`, newest first, read a page at a time
+    per experiment row by idx_runs_experiment_id (rowid order: no sort of all its runs)."""
+    from ..store.queries import experiment_ids
+
+    ids = experiment_ids(store, experiment)
+    cursor = up_to_run + 1
+    while True:
+        page: list[tuple] = []
+        for eid in ids:
+            page += store.db.execute(
+                "SELECT r.id, r.label, m.value, r.git_sha, r.vllm_version, e.spec_hash, "
+                "coalesce(r.ended_at, r.submitted_at, v.judged_at) FROM runs r "
+                "JOIN experiments e ON e.id = r.experiment_id JOIN verdicts v ON v.run_id = r.id "
+                "JOIN metrics m ON m.run_id = r.id AND m.name = ? "
+                "WHERE r.experiment_id = ? AND v.passed = 1 AND r.id < ? ORDER BY r.id DESC LIMIT ?",
+                [metric, eid, cursor, _PAGE]).fetchall()
+        page = sorted(page, reverse=True)[:_PAGE]  # the newest of every experiment row's newest
+        yield from page
+        if len(page) < _PAGE:
+            return
+        cursor = page[-1][0]
+
+
+def window(store: Any, experiment: str, metric: str, by: str = "commit", up_to_run: int | None = None,
+           groups: int | None = GROUPS_SHOWN) -> tuple[list[Sample], bool]:
+    """The passed runs of `experiment` with `metric` of its newest `groups` commits (or dates; every one when
+    None), in run order (oldest first), and whether older runs were left out. Read newest first and stopped at the
+    first run of an older group, so the cost is the window's, not the history's; a commit that also ran before
+    that point shows only its later runs."""
     if by not in ("commit", "date"):
         raise ValueError(f"--by {by!r}: commit or date")
-    cursor = store.db.execute(
-        "SELECT r.id, r.label, m.value, r.git_sha, r.vllm_version, e.spec_hash, "
-        "coalesce(r.ended_at, r.submitted_at, v.judged_at) FROM runs r "
-        "JOIN experiments e ON e.id = r.experiment_id JOIN verdicts v ON v.run_id = r.id "
-        "JOIN metrics m ON m.run_id = r.id AND m.name = ? "
-        "WHERE e.name = ? AND v.passed = 1 AND r.id <= ? ORDER BY r.id",
-        [metric, experiment, 2**63 - 1 if up_to_run is None else up_to_run])
-    out = []
-    for run_id, label, value, sha, vllm, spec_hash, when in cursor.fetchall():
-        group = (sha or (f"vllm {vllm}" if vllm else "unknown")) if by == "commit" else (when or "?")[:10]
+    out: list[Sample] = []
+    seen: set[str] = set()
+    older = False
+    for run_id, label, value, sha, vllm, spec_hash, when in _newest_first(store, experiment, metric,
+                                                                          2**63 - 2 if up_to_run is None
+                                                                          else up_to_run):
+        group = _group(by, sha, vllm, when)
+        if group not in seen and groups is not None and len(seen) >= groups:
+            older = True
+            break
+        seen.add(group)
         out.append(Sample(run_id, label, group, value, sha, vllm, spec_hash, when))
-    return out
+    return list(reversed(out)), older
+
+
+def samples(store: Any, experiment: str, metric: str, by: str = "commit", up_to_run: int | None = None,
+            groups: int | None = GROUPS_SHOWN) -> list[Sample]:
+    """The passed runs of `experiment` with `metric` of its newest `groups` commits or dates (every one when None),
+    in run order (oldest first); only runs recorded up to run id `up_to_run` when given (a campaign's report shows
+    the history up to that campaign)."""
+    return window(store, experiment, metric, by, up_to_run, groups)[0]
 
 
 def build_history(experiment: str, metric: str, by: str, runs: list[Sample], interval=None) -> History:
@@ -292,12 +338,15 @@ def build_history(experiment: str, metric: str, by: str, runs: list[Sample], int
 
 
 def campaign_histories(store: Any, campaign: str, metric: str) -> list[History]:
-    """The history of `metric` for each experiment of a campaign, up to the campaign's last run (its report)."""
-    rows = store.runs(campaign=campaign)
-    if not rows:
+    """The history of `metric` for each experiment of a campaign, up to the campaign's last run (its report): the
+    newest GROUPS_SHOWN commits, never every earlier run."""
+    campaign_id = store.campaign(campaign)["id"]
+    names = sorted({row[0] for row in store.db.execute(
+        "SELECT DISTINCT e.name FROM runs r JOIN experiments e ON e.id = r.experiment_id WHERE r.campaign_id = ?",
+        [campaign_id])})
+    if not names:
         return []
-    last = max(r.id for r in rows)
-    names = sorted({r.experiment for r in rows})
+    last = store.db.execute("SELECT max(id) FROM runs WHERE campaign_id = ?", [campaign_id]).fetchone()[0]
     found = [build_history(name, metric, "commit", samples(store, name, metric, "commit", last)) for name in names]
     return [h for h in found if h.points]
 

@@ -116,16 +116,22 @@ def history(experiment: ExperimentArg,
             metric: Annotated[str, typer.Option(help="The stored metric.")] = "gen_s",
             by: Annotated[str, typer.Option(help="Group runs by `commit` (git sha, else vLLM version) or `date`.")]
             = "commit",
+            all_groups: Annotated[bool, typer.Option("--all", help="Every commit or date, not the newest 50.")]
+            = False,
             db: DbOpt = None, json: JsonOpt = False) -> None:
-    """Every passed run's metric over commits or dates: medians with 95% intervals, a sparkline, and the steps
-    found by change-point detection (PELT, MBIC penalty; Mann-Whitney p per step). Failed runs never count."""
-    from ..analysis.history import build_history, check_series, samples, sparkline
+    """Every passed run's metric over the newest 50 commits or dates (--all: every one): medians with 95%
+    intervals, a sparkline, and the steps found by change-point detection (PELT, MBIC penalty; Mann-Whitney p per
+    step). Failed runs never count."""
+    from ..analysis.history import GROUPS_SHOWN, build_history, check_series, sparkline, window
 
     if by not in ("commit", "date"):
         raise typer.BadParameter(f"{by!r}: use commit or date", param_hint="--by")
     store = open_store(db, must_exist=True)
     check_series(store, experiment, metric)
-    result = build_history(experiment, metric, by, samples(store, experiment, metric, by))
+    found, older = window(store, experiment, metric, by, groups=None if all_groups else GROUPS_SHOWN)
+    result = build_history(experiment, metric, by, found)
+    if older:
+        output.info(f"the newest {GROUPS_SHOWN} {by}s shown; older runs left out (--all shows every one)")
     if json:
         output.emit_json(result.to_json())
         return

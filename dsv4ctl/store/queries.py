@@ -212,3 +212,56 @@ def ab_campaigns(store: Store, baseline: str, candidate: str) -> list[str]:
             "AND sum(NOT ((r.side = 'baseline' AND e.name = ?) OR (r.side = 'candidate' AND e.name = ?))) = 0",
             [*chunk, baseline, candidate, baseline, candidate]).fetchall()
     return [name for _, name in sorted(names, reverse=True)]
+
+
+def campaign_count(store: Store) -> int:
+    return store.db.execute("SELECT count(*) FROM campaigns").fetchone()[0]
+
+
+def newest_campaigns(store: Store, limit: int | None = None) -> list[dict[str, Any]]:
+    """What `Store.campaigns()` answers (name, created_at, backend and the run counts), for the newest `limit`
+    campaigns only (every one when None): each one's runs found by idx_runs_campaign, never a pass over all runs."""
+    from .values import FINAL, NOT_WAITING
+
+    idle = ",".join("?" * (len(NOT_WAITING) + len(FINAL)))
+    running = f"(r.id IS NOT NULL AND r.ingested = 0 AND r.state NOT IN ({idle}))"  # as Store.campaigns counts
+    newest = "SELECT id, name, created_at, backend FROM campaigns ORDER BY id DESC" + (
+        " LIMIT ?" if limit is not None else "")
+    cursor = store.db.execute(
+        f"SELECT c.name, c.created_at, c.backend, count(r.id), "
+        f"coalesce(sum(v.passed = 1 AND NOT {running}), 0), coalesce(sum(v.passed = 0 AND NOT {running}), 0), "
+        f"coalesce(sum({running}), 0) "
+        f"FROM ({newest}) c LEFT JOIN runs r ON r.campaign_id = c.id "
+        f"LEFT JOIN verdicts v ON v.run_id = r.id GROUP BY c.id ORDER BY c.id DESC",
+        [*NOT_WAITING, *sorted(FINAL)] * 3 + ([limit] if limit is not None else []))
+    names = ("name", "created_at", "backend", "runs", "passed", "failed", "running")
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def experiment_ids(store: Store, name: str) -> list[int]:
+    """The ids of the experiment rows of this name (one per spec hash) that some run belongs to."""
+    return [row[0] for row in store.db.execute(
+        "SELECT id FROM experiments WHERE name = ? AND EXISTS (SELECT 1 FROM runs WHERE runs.experiment_id = "
+        "experiments.id) ORDER BY id", [name])]
+
+
+def experiment_names(store: Store) -> list[str]:
+    """The names of the experiments some run belongs to, sorted (one index seek per experiment row)."""
+    return sorted({row[0] for row in store.db.execute(
+        "SELECT name FROM experiments WHERE EXISTS (SELECT 1 FROM runs WHERE runs.experiment_id = experiments.id)")})
+
+
+def metric_recorded(store: Store, experiment_ids: list[int], metric: str) -> bool:
+    """Whether any run of these experiment rows recorded `metric` (stops at the first one found)."""
+    return any(store.db.execute(
+        "SELECT 1 FROM runs r WHERE r.experiment_id = ? AND EXISTS (SELECT 1 FROM metrics m WHERE m.run_id = r.id "
+        "AND m.name = ?) LIMIT 1", [eid, metric]).fetchone() for eid in experiment_ids)
+
+
+def newest_run_ids(store: Store, experiment_ids: list[int], limit: int) -> list[int]:
+    """The ids of the newest `limit` runs of these experiment rows, newest first."""
+    ids: list[int] = []
+    for eid in experiment_ids:
+        ids += [row[0] for row in store.db.execute(
+            "SELECT id FROM runs WHERE experiment_id = ? ORDER BY id DESC LIMIT ?", [eid, limit])]
+    return sorted(ids, reverse=True)[:limit]
