@@ -65,13 +65,17 @@ class ReportData:
 
 def report_data(store: Store, campaign: str, metric: str | None = None) -> ReportData:
     """Everything the page shows; `metric` defaults to the campaign's own (see `default_metric`)."""
+    from ..store.queries import metric_names, metrics_of, verdict_columns
+
     info = store.campaign(campaign)
     rows = store.runs(campaign=campaign)
-    metric = metric or default_metric(recorded_metrics(store, rows))
+    ids = [row.id for row in rows]
+    metric = metric or default_metric(metric_names(store, ids))
+    verdicts, metrics = verdict_columns(store, ids), metrics_of(store, ids)  # one query per chunk, no JSON decoded
     runs, run_objects = [], []
     distributions: dict[str, list[float]] = {}
     for row in rows:
-        verdict = store.verdict(row.id) or {}
+        verdict = verdicts.get(row.id) or {}
         blocker = verdict.get("first_blocker") or {}
         run_objects.append({**row.to_json(), "verdict": {
             "status": verdict["status"], "passed": bool(verdict.get("passed")),
@@ -84,7 +88,7 @@ def report_data(store: Store, campaign: str, metric: str | None = None) -> Repor
                      "verdict": verdict.get("status", "-"), "passed": bool(verdict.get("passed")),
                      "false_green": bool(verdict.get("false_green")),
                      "blocker": blocker_line(blocker) if blocker else (row.submit_message or "")})
-        value = store.metrics(row.id).get(metric)
+        value = metrics.get(row.id, {}).get(metric)
         if value is not None and verdict.get("passed"):
             distributions.setdefault(row.experiment, []).append(value)
     data = ReportData(info, runs, summarise_campaign(store, campaign), metric, list(distributions.items()),
@@ -110,7 +114,9 @@ SERVE_METRIC = "output_throughput"  # every serve run records it (judge/serving.
 
 def recorded_metrics(store: Store, rows: list) -> list[str]:
     """The metric names any of these runs recorded, sorted."""
-    return sorted({name for row in rows for name in store.metrics(row.id)})
+    from ..store.queries import metric_names
+
+    return metric_names(store, [row.id for row in rows])
 
 
 def default_metric(present: list[str]) -> str:
