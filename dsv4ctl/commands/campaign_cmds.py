@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from ..report import output
-from .options import BackendOpt, DbOpt, JsonOpt, RunsDirOpt, TimeoutOpt, check_campaign, check_repeats, open_store
+from .options import (BackendOpt, DbOpt, JsonOpt, RunsDirOpt, TimeoutOpt, at_least, check_campaign, check_repeats,
+                      open_store)
 
 
 def suite(directory: Annotated[Path, typer.Argument(help="A folder of specs (experiments/regression-cpu).",
@@ -180,10 +181,24 @@ def report(campaign: Annotated[str, typer.Argument(callback=check_campaign, help
         output.raw(text)
 
 
-def campaigns(db: DbOpt = None, json: JsonOpt = False) -> None:
-    """List campaigns, newest first: when made, how many runs, passed, failed and still running."""
+CAMPAIGNS_SHOWN = 50
+
+
+def campaigns(limit: Annotated[Optional[int], typer.Option(
+                  "-n", "--limit", callback=at_least(1),
+                  help=f"Only the newest N campaigns [default: {CAMPAIGNS_SHOWN}].", show_default=False)] = None,
+              all_campaigns: Annotated[bool, typer.Option("--all", help="Every campaign.")] = False,
+              db: DbOpt = None, json: JsonOpt = False) -> None:
+    """List campaigns, newest first (the newest 50 unless --limit or --all): when made, how many runs, passed,
+    failed and still running."""
+    from ..store.queries import campaign_count, newest_campaigns
+
     store = open_store(db, must_exist=True)
-    rows = store.campaigns()
+    shown = None if all_campaigns else (limit or CAMPAIGNS_SHOWN)
+    rows = newest_campaigns(store, shown)
+    total = campaign_count(store) if shown is not None and len(rows) == shown else len(rows)
+    if total > len(rows):
+        output.info(f"the newest {len(rows)} of {total} campaigns; `dsv4ctl campaigns --all` lists every one")
     if json:
         output.emit_json(rows)
         return

@@ -212,8 +212,7 @@ def status(campaign: CampaignOpt = None,
     """Poll the scheduler once (one sacct call for all jobs), record states, judge finished jobs.
     With --watch: exit 0 if all passed or nothing is in flight, 1 if any did not or a job can never start, 3 when
     --timeout passed first, 4 if all passed but one is outside its performance reference."""
-    from ..campaign.watch import poll_once, stuck_reason
-
+    from ..campaign.progress import stuck_reason
     from ..store.queries import in_flight_ids
 
     store = open_store(db, must_exist=True)
@@ -226,6 +225,8 @@ def status(campaign: CampaignOpt = None,
     elif watch and ids:
         _watch_until_done(store, ids, timeout_s=timeout, on_stuck=on_stuck, campaign=campaign)
     elif ids:
+        from ..campaign.watch import poll_once
+
         notes = poll_once(store, ids).notes  # the runs found above: no second scan for them
     rows = store.runs_by_ids(ids)
     flying = {r.id for r in store.runs_in_flight(ids)} if ids else set()

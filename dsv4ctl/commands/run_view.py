@@ -26,7 +26,7 @@ def blocker_text(verdict: dict | None, limit: int = 60) -> str:
 
 def runs_table(store, rows, title: str) -> None:
     from ..analysis.perf import outside_reference
-    from ..campaign.watch import stuck_reason
+    from ..campaign.progress import stuck_reason
 
     verdicts = store.verdict_summaries([r.id for r in rows])
     outside = outside_reference(store, [r.id for r in rows])
