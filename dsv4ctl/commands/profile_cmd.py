@@ -30,7 +30,8 @@ def profile(targets: TargetsArg,
             = 50.0,
             db: DbOpt = None, json: JsonOpt = False) -> None:
     """Break a profile's time down by category, module and kernel, or (two targets) compare two. Exit 0 shown
-    (or no change), 1 a category or module changed past the gate, 2 usage (no such run, no trace, a bad file)."""
+    (or no change), 1 a category or module changed past the gate or a trace could not be read (cut, not a
+    trace, too large), 2 usage (no such run, a run without traces, bad --rules)."""
     from ..errors import UsageError
     from ..profile.categories import load_rules
     from ..profile.targets import resolve
