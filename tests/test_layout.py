@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CAPABILITIES = ("campaign", "analysis", "bisect", "report", "modes", "commands", "profile", "promote", "cli")
 LOWER = ("store", "scheduler", "spec", "judge")
 # A capability's spec half sits at the spec layer: the spec may import these modules (pydantic sections, rules).
-SPEC_HALVES = re.compile(r"^dsv4ctl\.(modes\.\w+\.spec_rules|profile\.section)$")
+SPEC_HALVES = re.compile(r"^dsv4ctl\.(modes\.\w+\.spec_rules|profile\.section|promote\.spec_layer)$")
 MODE_NAMES = ("offline", "serve", "align")
 
 

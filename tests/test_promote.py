@@ -283,3 +283,27 @@ def test_a_promotion_report_of_an_unknown_id_is_exit_2(tmp_path, capsys):
     open_store(tmp_path / "r.db").close()
     code, _, err = run_cli(capsys, "promotion-report", "9", "--db", tmp_path / "r.db")
     assert code == 2 and "no promotion 9 (none stored in this database)" in err
+
+
+def test_a_spec_that_extends_stable_starts_from_the_projects_stable_set(tmp_path, monkeypatch):
+    from dsv4ctl.errors import SpecError
+    from dsv4ctl.spec.load import load_spec
+
+    monkeypatch.delenv("DSV4CTL_CONFIG", raising=False)
+    monkeypatch.delenv("DSV4CTL_STABLE", raising=False)
+    (tmp_path / "dsv4ctl.toml").write_text("")
+    spec = tmp_path / "experiments" / "x.yaml"
+    spec.parent.mkdir()
+    spec.write_text("extends: stable\n" + GATE_SPEC.replace("platform: cpu", "platform: gfx936")
+                    + "switches: {DSV4_FP8_TRITON_GEMM: 1}\n")
+    with pytest.raises(SpecError, match="`extends: stable`, but .*stable.yaml cannot be read"):
+        load_spec(spec)
+    (tmp_path / "stable.yaml").write_text("switches: {DSV4_MOE_ROUTING_Q1: 0, DSV4_MOE_BACKEND: emulation}\n")
+    [point] = load_spec(spec)
+    assert point.spec is not None, point.findings
+    switches = point.spec.resolved_switches()
+    assert (switches["DSV4_MOE_ROUTING_Q1"], switches["DSV4_FP8_TRITON_GEMM"]) == ("0", "1")  # the spec's own win
+    assert point.spec.model.moe_backend == "emulation"
+    (tmp_path / "stable.yaml").write_text("switches: {DSV4_MOE_ROUTNG_Q1: 0}\n")
+    with pytest.raises(SpecError, match="did you mean DSV4_MOE_ROUTING_Q1"):
+        load_spec(spec)

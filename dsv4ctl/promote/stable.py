@@ -16,26 +16,19 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .gates import Gate, parse_gates
-from ..errors import UsageError
+from .spec_layer import MAX_STABLE_BYTES, STABLE_ENV, STABLE_NAME, StableError, locate, parse_switches  # noqa: F401
+from .spec_layer import shown, spec_with_switches  # noqa: F401
 
-STABLE_NAME = "stable.yaml"
-STABLE_ENV = "DSV4CTL_STABLE"
-MAX_STABLE_BYTES = 1 << 20
 TOP_KEYS = ("switches", "provenance", "gates")
 PROVENANCE_KEYS = ("promotion", "decision", "date", "commit", "runs", "figures", "note")
 SHAPE = "a stable set is a mapping with switches:, provenance: and gates:"
 HEADER = ("# The stable switch set (dsv4ctl promote writes this file; see docs/promotion.md).\n"
           "# Change a value only through `dsv4ctl promote SWITCH=VALUE`: each one's provenance says why.\n")
-
-
-class StableError(UsageError):
-    """The stable file is missing, unreadable, or breaks its format (exit 2, like a bad dsv4ctl.toml)."""
 
 
 @dataclass(frozen=True)
@@ -51,21 +44,6 @@ class StableSet:
     def sha(self) -> str:
         """What the file said when read: a promotion started on another version of it is another promotion."""
         return hashlib.sha256(self.text.encode()).hexdigest()[:12]
-
-
-def locate(flag: Path | None = None) -> Path:
-    """--stable, then $DSV4CTL_STABLE, then dsv4ctl.toml's [promote] stable, then stable.yaml beside
-    dsv4ctl.toml, then ./stable.yaml."""
-    from ..config import load_config
-
-    if flag is not None:
-        return Path(flag)
-    if os.environ.get(STABLE_ENV):
-        return Path(os.environ[STABLE_ENV])
-    config = load_config()
-    if config.stable is not None:
-        return config.stable
-    return (config.path.parent if config.path else Path.cwd()) / STABLE_NAME
 
 
 def load_stable(path: Path) -> StableSet:
@@ -104,30 +82,6 @@ def parse_stable(text: str, path: Path) -> StableSet:
     provenance = _provenance(data.get("provenance"), str(path), switches)
     gates = parse_gates(data.get("gates"), str(path), path.parent)
     return StableSet(path, switches, provenance, gates, data.get("gates"), text)
-
-
-def shown(key: Any) -> str:
-    """A key as a message can print it: plain names bare, anything else quoted (a newline never splits a line)."""
-    return key if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,80}", key) else repr(key)[:80]
-
-
-def parse_switches(raw: Any, where: str) -> dict[str, str]:
-    from ..spec import switches as registry
-
-    if not isinstance(raw, dict) or not raw:
-        raise StableError(f"{where}: switches must be a mapping of NAME: VALUE, at least one")
-    out = {}
-    for name, value in raw.items():
-        known = registry.BY_NAME.get(name) if isinstance(name, str) else None
-        if known is None:
-            close = registry.closest(str(name), 1) if isinstance(name, str) else []
-            raise StableError(f"{where}: switches.{shown(name)}: not a known switch"
-                              + (f" (did you mean {close[0]}?)" if close else " (`dsv4ctl switches` lists them)"))
-        try:
-            out[name] = known.normalise(value)
-        except ValueError as exc:
-            raise StableError(f"{where}: switches.{name}: {exc}") from None
-    return out
 
 
 def _provenance(raw: Any, where: str, switches: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -227,31 +181,13 @@ def write_stable(stable: StableSet, switches: dict[str, str], provenance: dict[s
     return text
 
 
-def spec_with_switches(data: dict[str, Any], switches: dict[str, str], unset: list[str] = ()) -> dict[str, Any]:
-    """Spec data running `switches`: a derived switch (DSV4_MOE_BACKEND) sets its field (model.moe_backend), the
-    others go under `switches:`; names in `unset` are taken out of the spec's own switches."""
-    from ..spec import switches as registry
-
-    out = copy.deepcopy(data)
-    own = dict(out.get("switches") or {})
-    for name in unset:
-        own.pop(name, None)
-    for name, value in switches.items():
-        known = registry.BY_NAME[name]
-        if known.role == "derived" and known.derived_from:
-            node = out
-            *parents, leaf = known.derived_from.split(".")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[leaf] = value
-        else:
-            own[name] = value
-    out["switches"] = own
-    return out
-
-
 def effective(switches: dict[str, str]) -> dict[str, str]:
     """What a job gets from the stable set: the registry's defaults, then the file's values."""
     from ..spec import switches as registry
 
     return {**registry.defaults(), **switches}
+
+
+__all__ = ["STABLE_ENV", "STABLE_NAME", "MAX_STABLE_BYTES", "StableError", "StableSet", "locate", "load_stable",
+           "parse_stable", "parse_switches", "shown", "spec_with_switches", "changed_switches", "switch_diff",
+           "render_stable", "write_stable", "effective"]

@@ -256,9 +256,14 @@ def read_document(path: Path, _chain: tuple[Path, ...] = ()) -> Document:
         return doc
     if not isinstance(parent, str) or not parent or "\x00" in parent:
         raise SpecError(f"{doc.locate(('extends',))}: `extends` must be a file path")
-    if not (path.parent / parent).exists():  # the base is what is missing, not this file (issue 26 m5)
+    if parent != "stable" and not (path.parent / parent).exists():  # the base is missing, not this file (26 m5)
         raise SpecError(f"{doc.locate(('extends',))}: base {parent} not found (looked for {path.parent / parent})")
-    base = read_document(path.parent / parent, _chain + (resolved,))
+    if parent == "stable":  # the project's stable switch set (docs/promotion.md); ./stable names a file
+        from ..promote.spec_layer import stable_spec_data
+
+        base = Document(stable_spec_data(path))
+    else:
+        base = read_document(path.parent / parent, _chain + (resolved,))
     own = {k: v for k, v in doc.locations.items() if k != ("extends",)}
     inherited = {k: v for k, v in base.locations.items() if k == () or not _replaced_in(k, doc.data)}
     return Document(_deep_merge(base.data, doc.data), {**inherited, **own})
