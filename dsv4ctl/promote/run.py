@@ -155,8 +155,10 @@ def execute(store: Store, prepared: Prepared, settings: Settings, command: str,
         row = promo_store.load(store, promotion_id)
         if row["state"] == promo_store.DONE and row["decision"] != UNDECIDED:
             return result_of(store, promotion_id)
-        runner = GateRunner(store, promotion_id, prepared, settings, on_progress,
-                            retry=row["state"] == promo_store.DONE)
+        retry = row["state"] == promo_store.DONE  # it could not decide: take it up at that gate
+        if retry:
+            promo_store.reopen(store, promotion_id)
+        runner = GateRunner(store, promotion_id, prepared, settings, on_progress, retry=retry)
         results: list[GateResult | dict] = []
         for position, name in enumerate(GATE_ORDER):
             done = promo_store.gate_result(store, promotion_id, name)

@@ -97,6 +97,12 @@ def finish(store: Store, promotion_id: int, decision: str, reason: str, diff: li
                                                      "commit_sha": commit_sha, "updated_at": now()})
 
 
+def reopen(store: Store, promotion_id: int) -> None:
+    """A promotion that could not decide, run again: running until it decides anew."""
+    with store.transaction():
+        store.db["promotions"].update(promotion_id, {"state": RUNNING, "updated_at": now()})
+
+
 def history(store: Store, stable_path: str | None = None) -> list[dict[str, Any]]:
     """Every promotion, newest first (of one stable file when given): accepted, refused or undecided."""
     where, params = ("WHERE stable_path = ?", [stable_path]) if stable_path else ("", [])
