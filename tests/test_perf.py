@@ -405,7 +405,7 @@ def test_the_offline_metric_list_holds_what_the_probe_prints():
 
     from .conftest import ROOT
 
-    text = (ROOT / "runtime" / "dsv4rt" / "probe.py").read_text(encoding="utf-8")
+    text = (ROOT / "runtime" / "dsv4rt" / "offline.py").read_text(encoding="utf-8")  # the offline job
     written = text[text.index('metrics = {"gen_s"'):text.index('say(markers.dsv4_line("DSV4_METRICS"')]
     printed = set(re.findall(r'"([a-z_0-9]+)":', written)) - {"gen_s_all"}  # a list, never a stored number
     assert printed == set(OFFLINE_METRICS)

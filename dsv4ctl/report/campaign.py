@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +42,7 @@ class ReportData:
     histories: list[Any] = field(default_factory=list)  # history.History per experiment, up to this campaign
     alignments: list[dict[str, Any]] = field(default_factory=list)  # align runs (report_align.py)
     serving: dict[str, Any] | None = None  # a sweep of serve runs' load (report_serve.py)
+    profiles: list[dict[str, Any]] = field(default_factory=list)  # stacked bars of profiled runs (profile/stored.py)
 
     def to_json(self) -> dict[str, Any]:
         """What the page shows, as nested data (`report --json`): the campaign, its runs (the one run object of
@@ -60,7 +60,7 @@ class ReportData:
                     "provenance": [{"side": p["side"], "experiments": p["name"], **p["values"]}
                                    for p in self.provenance]},
                 "histories": [h.to_json() for h in self.histories], "alignments": self.alignments,
-                "serving": self.serving}
+                "serving": self.serving, "profiles": self.profiles}
 
 
 def report_data(store: Store, campaign: str, metric: str | None = None) -> ReportData:
@@ -105,6 +105,9 @@ def report_data(store: Store, campaign: str, metric: str | None = None) -> Repor
     from ..modes.serve.report import campaign_serving
 
     data.serving = campaign_serving(store, rows)
+    from ..profile.stored import campaign_profiles
+
+    data.profiles = campaign_profiles(store, rows)
     return data
 
 

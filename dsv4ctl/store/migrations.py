@@ -66,7 +66,7 @@ def m005_versions(db: sqlite_utils.Database) -> None:
 
 
 def m006_perf(db: sqlite_utils.Database) -> None:
-    # Issue 17: each judged run's check against its performance reference (dsv4ctl/perf.py), and the references
+    # Issue 17: each judged run's check against its performance reference (dsv4ctl/analysis/perf.py), and the references
     # set per experiment by `dsv4ctl reference set` (ingested runs have no spec to hold one).
     db["perf_checks"].create({"run_id": int, "within": int, "source": str, "reference_json": str,
                               "failures_json": str}, pk="run_id", foreign_keys=[("run_id", "runs", "id")])
@@ -75,7 +75,7 @@ def m006_perf(db: sqlite_utils.Database) -> None:
 
 
 def m007_align(db: sqlite_utils.Database) -> None:
-    # Issue 15: an align run's result (dsv4ctl/align.py), recomputed from its capture files when it is judged,
+    # Issue 15: an align run's result (dsv4ctl/modes/align/result.py), recomputed from its capture files when it is judged,
     # and one row per rung (cache, attention, each layer, final norm, logits, greedy, perplexity) for show/report.
     db["alignments"].create({"run_id": int, "aligned": int, "verdict": str, "first_rung": str, "first_layer": int,
                              "reference": str, "result_json": str, "judged_at": str}, pk="run_id",
@@ -86,7 +86,7 @@ def m007_align(db: sqlite_utils.Database) -> None:
 
 
 def m008_bisect(db: sqlite_utils.Database) -> None:
-    # Issue 16: a bisection (dsv4ctl/bisect.py), its steps and its probes (a subset of changes or a numeric value,
+    # Issue 16: a bisection (dsv4ctl/bisect/run.py), its steps and its probes (a subset of changes or a numeric value,
     # with its runs' failure rate, Wilson interval and outcome). A probe's runs are the runs of its experiment
     # (each probe's spec has a name of its own); the campaigns are recorded before they are submitted.
     db["bisections"].create({"id": int, "kind": str, "inputs_key": str, "command": str, "backend": str,
