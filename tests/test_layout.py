@@ -176,3 +176,17 @@ def test_the_mode_name_check_sees_a_comparison():
     assert _compares_a_mode_name(first('spec.mode == "serve"'))
     assert _compares_a_mode_name(first('mode in ("align", "offline")'))
     assert not _compares_a_mode_name(first('mode == other'))
+
+
+def test_every_dsv4ctl_module_the_job_side_imports_exists():
+    """Regression (this session): a doc-path rewrite turned runtime/dsv4rt/align.py's import of the capture compare
+    into `dsv4ctl.modes.registry.align.compare`, and every align job crashed; only the engine tests saw it."""
+    known = set(import_graph(ROOT, "dsv4ctl"))
+    missing = []
+    for path in (ROOT / "runtime").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            missing += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
+                        if n and n.split(".")[0] == "dsv4ctl" and n not in known]
+    assert missing == []

@@ -159,7 +159,7 @@ def _shown(value: Any) -> str:
 
 
 def compare_here(spec: dict[str, Any], directory: Path) -> dict[str, Any]:
-    from dsv4ctl.modes.registry.align.compare import compare_dirs
+    from dsv4ctl.modes.align.compare import compare_dirs
 
     result = compare_dirs(directory, "engine", directory, "reference", spec["align"])
     (directory / "align.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
