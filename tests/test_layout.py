@@ -1,7 +1,7 @@
 """The house by capability (issue 22), checked from the source: no import circle in dsv4ctl/ or runtime/dsv4rt/,
 layers that go one way, a small package root, no module past 500 lines, and no mode-name comparison outside a
-mode's own package. Every import counts, also one inside a function (a lazy import still ties two modules);
-only those under `if TYPE_CHECKING:` do not."""
+mode's own package. Every import counts, also one inside a function (a lazy import still ties two modules) and
+one under `if TYPE_CHECKING:` (a type still ties two modules' designs)."""
 
 from __future__ import annotations
 
@@ -31,14 +31,6 @@ def _module_name(path: Path, base: Path) -> str:
 class _Imports(ast.NodeVisitor):
     def __init__(self, name: str, is_package: bool, known: set[str]) -> None:
         self.name, self.is_package, self.known, self.found = name, is_package, known, set()
-
-    def visit_If(self, node: ast.If) -> None:
-        test = node.test
-        if getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING":
-            for child in node.orelse:
-                self.visit(child)
-            return
-        self.generic_visit(node)
 
     def _add(self, target: str) -> None:
         while target and target not in self.known:

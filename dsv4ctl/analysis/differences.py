@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..store import Store
 
 if TYPE_CHECKING:
-    from .compare import CompareRow, Side
+    from .sides import CompareRow, Side
 
 # Labels and bookkeeping: they differ between any two specs and change nothing a run does.
 IGNORED_KEYS = ("name", "description", "tags", "repeats", "matrix")

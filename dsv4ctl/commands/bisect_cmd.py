@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..report import output
-from .options import BackendOpt, DbOpt, JsonOpt, RunsDirOpt, at_least, open_store
+from .options import BackendOpt, DbOpt, JsonOpt, RunsDirOpt, at_least, confirm_plan, open_store
 
 
 def check_rate(value: float) -> float:
@@ -96,16 +96,11 @@ def _prepare(specs: list[Path], field: str | None, range_: str | None, settings)
 
 
 def _confirm(plan, yes: bool, as_json: bool) -> None:
-    from ..errors import UsageError
-
     hours = "unknown (the spec sets no slurm.time)" if plan.node_hours is None else f"{plan.node_hours:.2f}"
     output.info(f"plan: bisect {plan.points}; worst case {plan.worst_jobs} job(s), bounded by --max-jobs "
                 f"{plan.max_jobs}: at most {min(plan.worst_jobs, plan.max_jobs)} job(s), {hours} node-hour(s)")
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise UsageError("no terminal to confirm the plan on: pass --yes to start it")
-    typer.confirm("start?", abort=True, err=True)
+    if not yes:
+        confirm_plan()
 
 
 def _show(result: dict, as_json: bool) -> None:

@@ -131,3 +131,15 @@ def at_least(minimum: int) -> Callable[[int | None], int | None]:
         return value
 
     return check
+
+
+def confirm_plan() -> None:
+    """Ask `start?` on the terminal after a plan was shown (bisect, promote); without a terminal, a usage error
+    naming --yes, never a wait on a stdin nobody writes to."""
+    import sys
+
+    if not sys.stdin.isatty():
+        from ..errors import UsageError
+
+        raise UsageError("no terminal to confirm the plan on: pass --yes to start it")
+    typer.confirm("start?", abort=True, err=True)

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..report import output
-from .options import BackendOpt, DbOpt, JsonOpt, RunsDirOpt, open_store
+from .options import BackendOpt, DbOpt, JsonOpt, RunsDirOpt, confirm_plan, open_store
 
 StableOpt = Annotated[Optional[Path], typer.Option(
     "--stable", help="The stable file [env: DSV4CTL_STABLE; else dsv4ctl.toml's [promote] stable, else stable.yaml "
@@ -148,15 +148,11 @@ def _show_plan(prepared, as_json: bool) -> None:
 
 def _confirm(store, prepared, settings, yes: bool) -> None:
     """Asked once; a promotion already finished or under way needs no confirmation."""
-    from ..errors import UsageError
     from ..promote import store as promo_store
 
     key = promo_store.inputs_key(prepared.kind, prepared.changes, prepared.stable.sha, settings.backend)
-    if yes or store.db.execute("SELECT 1 FROM promotions WHERE inputs_key = ?", [key]).fetchone():
-        return
-    if not sys.stdin.isatty():
-        raise UsageError("no terminal to confirm the plan on: pass --yes to start it")
-    typer.confirm("start?", abort=True, err=True)
+    if not (yes or store.db.execute("SELECT 1 FROM promotions WHERE inputs_key = ?", [key]).fetchone()):
+        confirm_plan()
 
 
 def _show(result: dict, as_json: bool) -> None:

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import markers
 from .prefixes import Heads
 from .tokens import IdStream, RequestBlock
 
-if TYPE_CHECKING:
-    from .scan import LogParser
 
 MAX_CAPTURE_LINES = 400
 MAX_MESSAGE_LINES = 60
@@ -63,6 +61,21 @@ def _ends_message(heads: Heads, where: str | None) -> bool:
     return (not content.strip() or (heads.where is not None and heads.where != where)
             or content.startswith(("Traceback", "###", markers.PY_EXIT, "During handling", "The above exception"))
             or markers.FIELD_RE.match(content) is not None or markers.DSV4_RE.match(content) is not None)
+
+
+class LogParser(Protocol):
+    """What a capture asks of the line engine (judge/scan.py LogParser): declared here so the captures need not
+    import the engine that drives them."""
+
+    def bos_id(self) -> int: ...
+
+    def finish_traceback(self, tb: Traceback) -> None: ...
+
+    def open_request_block(self, request: RequestBlock) -> None: ...
+
+    def set_decode(self, request: RequestBlock, text: str) -> None: ...
+
+    def set_field(self, request: RequestBlock, key: str, value: str) -> None: ...
 
 
 class TracebackCapture(Capture):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .. import external
 from .cluster_fit import Refusal, refusals
@@ -19,8 +19,12 @@ from ..paths import runtime_dir
 from ..spec.render import write_run_files
 from ..spec.models import ExperimentSpec
 
-if TYPE_CHECKING:
-    from ..campaign.plan import PlannedRun
+class Planned(Protocol):
+    """What the preflight reads of a planned run (campaign.plan's PlannedRun)."""
+
+    source: Any
+    spec: ExperimentSpec
+    point: Any
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ class PointCheck:
     result: Preflight
 
 
-def check_planned(planned: list[PlannedRun]) -> list[PointCheck]:
+def check_planned(planned: list[Planned]) -> list[PointCheck]:
     """`submit --check`: sbatch --test-only once per distinct point of a submission (its repeats render the same
     script), in submission order."""
     require_sbatch("--check")

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from ...errors import Dsv4Error
 
 if TYPE_CHECKING:
-    from ...campaign.plan import PlannedRun
     from ...judge.rules import Verdict
     from ...store import RunRow, Store
 
@@ -310,8 +309,10 @@ def check_layers(spec) -> None:
                                  f"decoder layers (0..{n - 1}): the fault would perturb nothing")
 
 
-def check_references(store: Store, planned: list[PlannedRun]) -> None:
-    """Fix every planned run's `reference: run:...` to the run id it names now (issue 29: `run:latest` resolved
+def check_references(store: Store, planned: list[Any]) -> None:
+    """`planned`: campaign.plan's PlannedRun objects (their `spec` is read and replaced).
+
+    Fix every planned run's `reference: run:...` to the run id it names now (issue 29: `run:latest` resolved
     again when judging was the run itself), refusing the submission (nothing recorded yet) when it cannot be
     compared with: unknown, not an align run, no capture, another model."""
     fixed: dict[tuple[str, Any], str] = {}
