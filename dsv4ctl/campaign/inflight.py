@@ -77,6 +77,23 @@ def cancel_rows(rows: list[RunRow]) -> list[str]:
     return problems
 
 
+def submitting_note(row: RunRow) -> str | None:
+    """What happens to a run left SUBMITTING (the command that submitted it stopped before the scheduler
+    answered): `status` looks for its job by the run's token until the scheduler's grace has passed, then marks it
+    SUBMIT_FAILED for `resume`. None for any other run."""
+    from ..judge.states import SUBMITTING
+    from ..units import clock
+
+    if row.state != SUBMITTING or row.job_id:
+        return None
+    grace = get_scheduler(row.backend).submit_grace_s
+    left = max(0.0, grace - _age_s(row.data.get("submitted_at")))
+    label = row.data.get("label") or row.id
+    return (f"run {row.id} ({label}) is SUBMITTING: the command that submitted it stopped before the scheduler "
+            f"answered; `dsv4ctl status` looks for its job by the run's token for {clock(left)} more (a "
+            f"{clock(grace)} grace), then marks it SUBMIT_FAILED for `dsv4ctl resume`")
+
+
 class Interrupted(Dsv4Error):
     """Ctrl-C after jobs were queued: which ones, and the commands that cancel or follow them (exit 130)."""
 

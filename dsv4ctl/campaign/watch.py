@@ -112,6 +112,11 @@ def waiting_on(rows: list[RunRow], judged: set[int], limit: int = 8) -> str:
     if stuck:
         line += " · can never start as submitted (cancel, fix the spec, resubmit): " + ", ".join(
             f"run {r.id} PENDING ({reason})" + (f" job {r.job_id}" if r.job_id else "") for r, reason in stuck)
+    midway = [r for r in left if r.state == SUBMITTING and not r.job_id]
+    if midway:
+        from .inflight import submitting_note
+
+        line += " · " + "; ".join(note for r in midway if (note := submitting_note(r)))
     paused = [r for r in left if is_paused(r.state, r.data.get("state_detail"))]
     if paused:
         line += " · paused until someone releases or resumes them: " + ", ".join(
@@ -201,6 +206,35 @@ def watch(store: Store, run_ids: list[int] | None = None, on_round=None, interva
             return total
         delay = interval_s if report.changed else min(delay * 1.5, max_interval_s)
         time.sleep(delay)
+
+
+CANCEL_SETTLE_S = 5.0  # how long `cancel` waits for the scheduler to record the jobs it ended
+
+
+def refresh_states(store: Store, rows: list[RunRow]) -> list[str]:
+    """One poll of these runs (a SUBMITTING one looked for by its token), so a command acts on the scheduler's
+    state now rather than the one last recorded; the poll's notes."""
+    return poll_once(store, [r.id for r in rows]).notes if rows else []
+
+
+def cancel_and_settle(store: Store, rows: list[RunRow], settle_s: float = CANCEL_SETTLE_S) -> tuple[list[str],
+                                                                                                  list[RunRow]]:
+    """Cancel these runs' jobs, then poll (a few seconds at most) until the scheduler records them ended, so the
+    next `status` or `cancel` says CANCELLED rather than RUNNING (issue 26 m7, m8). The problems the scheduler
+    reported, and the rows as recorded after."""
+    import time
+
+    from .inflight import cancel_rows
+
+    problems = cancel_rows(rows)
+    ids = [r.id for r in rows]
+    deadline = time.monotonic() + settle_s
+    while True:
+        poll_once(store, ids)
+        after = store.runs_by_ids(ids)
+        if problems or not any(is_waiting(r.state) for r in after) or time.monotonic() >= deadline:
+            return problems, after
+        time.sleep(0.5)
 
 
 def stored_status(store: Store, row: RunRow) -> JobStatus | None:
