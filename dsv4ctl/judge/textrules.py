@@ -24,6 +24,7 @@ there.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 BOS_TEXTS = ("<｜begin▁of▁sentence｜>", "<s>", "<|begin_of_text|>")
 
@@ -32,6 +33,9 @@ _SCRIPTS = (("latin", re.compile(r"[A-Za-z\u00c0-\u024f\u1e00-\u1eff]")), ("cyri
             ("hebrew", re.compile(r"[\u0590-\u05ff]")), ("thai", re.compile(r"[\u0e00-\u0e7f]")),
             ("devanagari", re.compile(r"[\u0900-\u097f]")), ("hangul", re.compile(r"[\uac00-\ud7af\u1100-\u11ff]")),
             ("kana", re.compile(r"[\u3040-\u30ff]")), ("cjk", re.compile(r"[\u4e00-\u9fff\u3400-\u4dbf]")))
+# Other scripts, named by unicodedata (Armenian, Georgian, the Indic scripts but Devanagari, Tibetan, Myanmar,
+# Khmer, Lao, Ethiopic, Cherokee, Mongolian, Syriac, Thaana): a model's token soup draws on every script it knows.
+_OTHER_SCRIPT = re.compile(r"[\u0530-\u058f\u0700-\u07bf\u0980-\u0dff\u0e80-\u0fff\u10a0-\u13ff\u1780-\u18af]")
 # Scripts that share words in real text: Chinese and Japanese write English words without spaces, Japanese mixes
 # kana and kanji in one word, Korean attaches its particles to English words (`Context를`) and writes some Hanja.
 _ALLOWED_MIX = (frozenset({"latin", "cjk"}), frozenset({"kana", "cjk"}), frozenset({"latin", "kana"}),
@@ -234,8 +238,24 @@ def _bos_run(text: str) -> int:
     return best
 
 
+def scripts_of(text: str) -> frozenset[str]:
+    """The scripts a text's letters are written in (latin, cjk, kana, telugu...)."""
+    return _scripts(text)
+
+
 def _scripts(text: str) -> frozenset[str]:
-    return frozenset(name for name, pattern in _SCRIPTS if pattern.search(text))
+    found = {name for name, pattern in _SCRIPTS if pattern.search(text)}
+    if _OTHER_SCRIPT.search(text):
+        found.update(_script_name(ch) for ch in set(_OTHER_SCRIPT.findall(text)))
+        found.discard("")
+    return frozenset(found)
+
+
+def _script_name(ch: str) -> str:
+    """A letter's script from its Unicode name (`TELUGU LETTER MA` -> telugu); marks and digits name none."""
+    if not ch.isalpha():
+        return ""
+    return unicodedata.name(ch, "").split(" ", 1)[0].lower()
 
 
 def _mixed_script(word: str) -> bool:

@@ -1,0 +1,31 @@
+"""Text rules for shapes the verdict missed on logs nobody here wrote (issue 21, pass 5): token soup in scripts the
+rules did not list (Telugu, Tamil, Armenian, Georgian...), while real answers in those scripts stay coherent."""
+
+from __future__ import annotations
+
+from dsv4ctl.judge.textrules import scripts_of, text_problems
+
+
+def test_unlisted_scripts_are_named():
+    assert scripts_of("ఇది ఒక వాక్యం") == frozenset({"telugu"})
+    assert scripts_of("Բարև, աշխարհ") == frozenset({"armenian"})
+    assert scripts_of("გამარჯობა and 你好") == frozenset({"georgian", "latin", "cjk"})
+    assert scripts_of("২০২৪") == frozenset()  # Bengali digits name no script: they are not letters
+
+
+def test_a_short_answer_mixing_cjk_latin_and_telugu_is_token_soup():
+    problems = text_problems("特点在于(from ab的方面 మ nameSuggest physiolog……", 16)
+    assert any("3 scripts" in p and "telugu" in p for p in problems)
+
+
+def test_a_latin_word_glued_to_an_armenian_letter_is_token_soup():
+    problems = text_problems("The keeper walked along the wall, and then later.ղ, it was a. He would see it.", 16)
+    assert any("mixing scripts" in p for p in problems)
+
+
+def test_real_answers_in_those_scripts_stay_coherent():
+    for answer in ("తెలుగు భారతదేశంలో ఎక్కువగా మాట్లాడే భాషలలో ఒకటి. ఇది ఆంధ్రప్రదేశ్ అధికార భాష.",
+                   "Հայաստանի մայրաքաղաքը Երևանն է, որը գտնվում է Արարատյան դաշտում:",
+                   "தமிழ் ஒரு பழமையான மொழி. The word 'Tamil' itself is written தமிழ்.",
+                   "In Georgian, hello is გამარჯობა (gamarjoba) and thank you is მადლობა (madloba)."):
+        assert text_problems(answer, 16) == [], answer
