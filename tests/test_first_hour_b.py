@@ -391,18 +391,24 @@ def test_false_green_rows_are_coloured_in_tables(tmp_path):
     assert red_on_white in j08 and red_on_white not in j17, (repr(j08), repr(j17))
 
 
-@pytest.mark.slurm
-def test_verdict_of_a_running_job_stores_nothing(cluster, tmp_path):
-    db = tmp_path / "r.db"
-    spec = spec_file(tmp_path, "runner", {"REPLAY_LOG": str(LOGS / "J17.log"), "REPLAY_SLEEP": "60"},
+def submit_running(tmp_path, db, sleep_s: int = 60):
+    """Submit a replay job that sleeps, and poll until Slurm runs it (at most a minute): its run row."""
+    spec = spec_file(tmp_path, "runner", {"REPLAY_LOG": str(LOGS / "J17.log"), "REPLAY_SLEEP": str(sleep_s)},
                      slurm='gres: "dcu:1"')
     assert run("submit", spec, "--backend", "slurm", "--db", db, "--runs-dir", tmp_path / "runs").returncode == 0
     row = open_store(db).find_run("latest")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and open_store(db).find_run(str(row.id)).state != "RUNNING":
+        run("status", "--db", db)
+        time.sleep(1)
+    return row
+
+
+@pytest.mark.slurm
+def test_verdict_of_a_running_job_stores_nothing(cluster, tmp_path):
+    db = tmp_path / "r.db"
+    row = submit_running(tmp_path, db)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and open_store(db).find_run(str(row.id)).state != "RUNNING":
-            run("status", "--db", db)
-            time.sleep(1)
         early = run("verdict", row.label, "--db", db)
         assert early.returncode == 5 and f"run {row.id} ({row.label}) is RUNNING" in early.stderr, early.stderr
         assert "running for 00:0" in early.stderr and "no verdict yet" in early.stderr

@@ -12,22 +12,15 @@ import pytest
 from dsv4ctl import external
 from dsv4ctl.store import open_store
 
-from .test_first_hour_b import LOGS, run
-from .test_slurm import cluster, spec_file  # noqa: F401 - the live cluster fixture
+from .test_first_hour_b import LOGS, run, submit_running
+from .test_slurm import cluster  # noqa: F401 - the live cluster fixture
 
 
 @pytest.mark.slurm
 def test_cancel_twice_and_the_status_after_it(cluster, tmp_path):
     db = tmp_path / "r.db"
-    spec = spec_file(tmp_path, "longrun", {"REPLAY_LOG": str(LOGS / "J17.log"), "REPLAY_SLEEP": "120"},
-                     slurm='gres: "dcu:1"')
-    assert run("submit", spec, "--backend", "slurm", "--db", db, "--runs-dir", tmp_path / "runs").returncode == 0
-    row = open_store(db).find_run("latest")
+    row = submit_running(tmp_path, db, sleep_s=120)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and open_store(db).find_run(str(row.id)).state != "RUNNING":
-            run("status", "--db", db)
-            time.sleep(1)
         first = run("cancel", row.label, "--db", db)
         assert first.returncode == 0, first.stderr
         assert f"cancelled 1 job(s): {row.job_id} (CANCELLED" in first.stdout, first.stdout
