@@ -23,6 +23,7 @@ from .rates import UNRESOLVED, UNTESTABLE, Rate, run_outcome
 from .ddmin import Stopped
 from ..errors import Dsv4Error, UsageError
 from ..store import Store, now
+from ..store.records import held, load_record
 
 RUNNING, DONE = "running", "done"
 MEASURED = "measured"  # an end measured to its target runs (GOOD, BAD, the ends of a range)
@@ -109,16 +110,8 @@ def find_or_create(store: Store, kind: str, inputs: dict[str, Any], changes: lis
 
 
 def load(store: Store, bisection_id: int) -> dict[str, Any]:
-    row = store.db.execute("SELECT * FROM bisections WHERE id = ?", [bisection_id]).fetchone()
-    if row is None:
-        known = [str(r[0]) for r in store.db.execute("SELECT id FROM bisections ORDER BY id DESC LIMIT 10")]
-        raise BisectionNotFound(f"no bisection {bisection_id}" + (f"; known: {', '.join(known)}" if known
-                                                                  else " (none stored in this database)"))
-    names = [d[0] for d in store.db.execute("SELECT * FROM bisections LIMIT 0").description]
-    data = dict(zip(names, row))
-    for key in ("inputs_json", "changes_json", "settings_json", "result_json"):
-        data[key.removesuffix("_json")] = json.loads(data[key]) if data[key] else None
-    return data
+    return load_record(store, "bisections", bisection_id, ("inputs_json", "changes_json", "settings_json",
+                                                           "result_json"), BisectionNotFound)
 
 
 def finished(store: Store, key: str) -> tuple[int, dict[str, Any]] | None:
@@ -132,28 +125,12 @@ def finished(store: Store, key: str) -> tuple[int, dict[str, Any]] | None:
 def running(store: Store, bisection_id: int) -> Iterator[None]:
     """Hold bisection `bisection_id` for this process (an flock on a file beside the database, released however
     the process ends); a second process is refused with the pid that holds it."""
-    import fcntl
-    import os
-    import socket
-
     path = store.path.with_name(f"{store.path.name}.bisect{bisection_id}.lock")
-    with open(path, "a+", encoding="utf-8") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "another process"
-            raise BisectionBusy(f"bisection {bisection_id} is being run by {holder}: wait for it to end (then run "
-                                f"the same command again for its result), or follow it with `dsv4ctl "
-                                f"bisect-report {bisection_id}`") from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"pid {os.getpid()} on {socket.gethostname()}")
-        lock.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    busy = lambda holder: BisectionBusy(  # noqa: E731 - the message, read where the lock is taken
+        f"bisection {bisection_id} is being run by {holder}: wait for it to end (then run the same command again "
+        f"for its result), or follow it with `dsv4ctl bisect-report {bisection_id}`")
+    with held(path, busy):
+        yield
 
 
 @dataclass

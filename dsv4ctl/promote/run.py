@@ -16,6 +16,7 @@ from datetime import date
 from typing import Any
 
 from . import store as promo_store
+from ..store.records import held
 from .gates import FAILED, GATE_ORDER, PASSED, UNDECIDED, Gate, GateError, GateResult
 from .stable import StableSet, changed_switches, effective, switch_diff, write_stable
 from ..errors import ExitCode, UsageError
@@ -119,24 +120,12 @@ class Settings:
 @contextmanager
 def holding(store: Store, promotion_id: int) -> Iterator[None]:
     """One process runs a promotion at a time (an flock beside the database, released however it ends)."""
-    import fcntl
-    import os
-
     path = store.path.with_name(f"{store.path.name}.promote{promotion_id}.lock")
-    with open(path, "a+", encoding="utf-8") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise PromotionBusy(f"promotion {promotion_id} is being run by another process: wait for it, then run "
-                                "the same command again for its result") from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"pid {os.getpid()}")
-        lock.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    busy = lambda holder: PromotionBusy(  # noqa: E731 - the message, read where the lock is taken
+        f"promotion {promotion_id} is being run by {holder}: wait for it, then run the same command again for its "
+        "result")
+    with held(path, busy):
+        yield
 
 
 def execute(store: Store, prepared: Prepared, settings: Settings, command: str,

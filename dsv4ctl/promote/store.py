@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..store import Store, now
+from ..store.records import load_record
 
 RUNNING, DONE = "running", "done"
 
@@ -37,15 +38,8 @@ def find_or_create(store: Store, key: str, fields: dict[str, Any]) -> tuple[int,
 
 
 def load(store: Store, promotion_id: int) -> dict[str, Any]:
-    row = store.db.execute("SELECT * FROM promotions WHERE id = ?", [promotion_id]).fetchone()
-    if row is None:
-        known = [str(r[0]) for r in store.db.execute("SELECT id FROM promotions ORDER BY id DESC LIMIT 10")]
-        raise PromotionNotFound(f"no promotion {promotion_id}" + (f"; known: {', '.join(known)}" if known
-                                                                  else " (none stored in this database)"))
-    names = [d[0] for d in store.db.execute("SELECT * FROM promotions LIMIT 0").description]
-    data = dict(zip(names, row))
-    for key in ("changes_json", "baseline_json", "settings_json", "diff_json"):
-        data[key.removesuffix("_json")] = json.loads(data.pop(key)) if data.get(key) else None
+    data = load_record(store, "promotions", promotion_id, ("changes_json", "baseline_json", "settings_json",
+                                                           "diff_json"), PromotionNotFound)
     data["gates"] = gates(store, promotion_id)
     return data
 
