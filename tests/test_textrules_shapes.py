@@ -29,3 +29,21 @@ def test_real_answers_in_those_scripts_stay_coherent():
                    "தமிழ் ஒரு பழமையான மொழி. The word 'Tamil' itself is written தமிழ்.",
                    "In Georgian, hello is გამარჯობა (gamarjoba) and thank you is მადლობა (madloba)."):
         assert text_problems(answer, 16) == [], answer
+
+
+def test_closing_brackets_with_nothing_they_close_are_code_soup():
+    soup = "\n".join([" wittyafi Serif*/) cdr])", "')));", " Leone;\"", "])", ")>", " SEEK*/)", "*/)')));"] * 5)
+    assert any("code soup" in p for p in text_problems(soup, 16))
+
+
+def test_code_and_lists_keep_their_brackets_balanced():
+    code = "def f(x):\n    return [g(y) for y in x if y]\n\nclass A:\n    items = {'a': (1, 2), 'b': [3]}\n" * 6
+    listed = "\n".join(f"{i}) Step {i}: mix the flour (about {i} cups) and stir well :)" for i in range(1, 20))
+    assert not any("code soup" in p for p in text_problems(code, 16))
+    assert not any("code soup" in p for p in text_problems(listed, 16))
+
+
+def test_an_answer_of_emoji_is_emoji_soup_and_a_few_emoji_are_not():
+    assert any("emoji soup" in p for p in text_problems("🎈🎈 🥳 🎁🎁🎁 🎂 🎈 🥳 🎁 🎂🎂 🎈🎈🎈 🥳🥳 🎁 🎂", 16))
+    chat = "Great news! 🎉 The build passed on every platform ✅ and the release notes are ready to publish. 🚀"
+    assert text_problems(chat, 16) == []

@@ -148,10 +148,13 @@ def _problem_line(lines: list[str], problem: str) -> int:
     first word the problem quotes, else the first line with text."""
     if "to the end" in problem:
         return _tail_start(lines)
-    if "scripts in one short answer" in problem:  # the line where the scripts meet
-        from .textrules import scripts_of
+    if "scripts in one short answer" in problem or "emoji soup" in problem:  # where the scripts meet, the emoji
+        from .textrules import emoji_count, scripts_of
 
-        return max(range(len(lines)), key=lambda i: (len(scripts_of(lines[i])), -i))
+        def weight(i: int):
+            return emoji_count(lines[i])[0] if "emoji" in problem else len(scripts_of(lines[i]))
+
+        return max(range(len(lines)), key=lambda i: (weight(i), -i))
     m = _QUOTED.search(problem)
     if m:
         needle = m.group(1)

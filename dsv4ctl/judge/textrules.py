@@ -149,8 +149,48 @@ def _soup(text: str, words: list[str]) -> list[str]:
         scripts = _scripts(text)
         if len(scripts) >= 3 and scripts not in _ALLOWED_MIX:
             return [f"{len(scripts)} scripts in one short answer ({', '.join(sorted(scripts))}): token soup"]
-    salad = _word_salad(text)
+    salad = _word_salad(text) or _code_soup(text) or _emoji_soup(text)
     return [salad] if salad else []
+
+
+_LIST_MARK = re.compile(r"(?m)^\s*(?:\d{1,3}|[A-Za-z]|[ivxIVX]{1,4})\)|[:;]-?\)")  # `1)`, `b)`, a smiley
+
+
+def _code_soup(text: str) -> str | None:
+    """Closing brackets with nothing they close (`*/)`, `')));`, `])`): fragments of code strung together. Code
+    balances its brackets; a cut snippet has more openers than closers, never many more closers."""
+    sample = _LIST_MARK.sub("", text[:LOOP_WINDOW])
+    if len(sample) < 200:
+        return None
+    opened = sum(sample.count(ch) for ch in "([{")
+    closed = sum(sample.count(ch) for ch in ")]}")
+    if closed - opened >= 12 and closed >= 3 * opened:
+        return f"code soup: {closed} closing brackets for {opened} opening ones"
+    return None
+
+
+def _emoji(ch: str) -> bool:
+    return ch >= "\U0001f000" or "\u2600" <= ch <= "\u27bf"
+
+
+def emoji_count(text: str) -> tuple[int, int]:
+    """(emoji, visible characters) of a text; variation selectors and joiners are not counted."""
+    visible = [ch for ch in text if not ch.isspace() and ch not in "\ufe0f\u200d"]
+    return sum(map(_emoji, visible)), len(visible)
+
+
+def _emoji_soup(text: str) -> str | None:
+    """An answer made mostly of emoji (few letters between them), or a line of >= 16 that is >= 60% emoji."""
+    emoji, visible = emoji_count(text[:LOOP_WINDOW])
+    if emoji < 12:
+        return None
+    if emoji * 5 >= 2 * visible:
+        return f"emoji soup: {emoji} of {visible} characters are emoji"
+    for line in text[:LOOP_WINDOW].splitlines():
+        emoji, visible = emoji_count(line)
+        if emoji >= 16 and emoji * 5 >= 3 * visible:
+            return f"emoji soup: a line of {visible} characters, {emoji} of them emoji"
+    return None
 
 
 _URL = re.compile(r"\b(?:https?|ftp)://\S+|\bwww\.\S+")
