@@ -371,6 +371,8 @@ def test_verdict_of_a_stored_diverged_run_names_the_layer_and_fails(cli, tmp_pat
     assert verdict["first_blocker"]["message"].startswith("diverged at layer 1")
     shown = cli("show", "A1", "--db", str(db), "--json")
     assert json.loads(shown.output)["verdict"]["first_blocker"]["kind"] == "align_diverged"
+    text = cli("show", "A1", "--db", str(db)).output  # the alignment drawn by its mode (modes/registry.py)
+    assert "alignment against " in text and '"aligned"' not in text, text
 
 
 # ---- issue 29 S22/S23: layers outside the model, `not compared` as its own outcome, the fault logged -------------

@@ -45,9 +45,9 @@ def _run_json(store, row) -> dict:
     from ..analysis.perf import stored_check
 
     data["perf"] = stored_check(store, row.id)
-    from ..modes.align.result import stored_alignment
+    from ..modes.registry import stored_records
 
-    data["align"] = stored_alignment(store, row.id)  # mode: align runs only (None otherwise)
+    data.update(stored_records(store, row.id))  # each mode's record: `align` (None for runs of other modes)
     from ..profile.stored import stored_profile
 
     data["profile"] = stored_profile(store, row)  # a profiled run's stored breakdown (issue 23; None otherwise)

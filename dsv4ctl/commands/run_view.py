@@ -60,7 +60,6 @@ def verdict_cell(v: dict | None) -> str:
 def show_run(data: dict[str, Any]) -> None:
     """`dsv4ctl show`: the verdict and its first blocker's message, its reasons, metrics, performance and alignment;
     then the database's fields, in human units."""
-    alignment = data.pop("align")
     verdict = data.pop("verdict") or {}
     metrics = data.pop("metrics")
     perf = data.pop("perf")
@@ -90,10 +89,9 @@ def show_run(data: dict[str, Any]) -> None:
     if perf:
         output.text(f"performance ({perf['source']}): " + ("within its reference" if perf["within"] else
                     "; ".join(f["message"] for f in perf["failures"])))
-    if alignment:
-        from ..modes.align.view import show_alignment
+    from ..modes.registry import show_records
 
-        show_alignment(alignment)
+    show_records(data)  # each mode's record (an align run's alignment), drawn by its mode
     from ..profile.stored import unread_traces
     from .profile_cmd import show_stored_profile
 

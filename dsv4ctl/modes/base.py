@@ -26,6 +26,8 @@ Record = Callable[["Store", int, "dict[str, Any]"], None]  # stores the mode's r
 # At submit, before anything is recorded: checks (and may fix in place) the planned runs of this mode; raises a
 # Dsv4Error to refuse the submission (an align run's `reference: run:latest` fixed to the run it names now).
 Prepare = Callable[["Store", "list[Any]"], None]
+Stored = Callable[["Store", int], "dict[str, Any] | None"]  # the record stored when the run was judged, or None
+Show = Callable[["dict[str, Any]"], None]  # draws that record in `dsv4ctl show`
 
 
 def no_evidence(facts: LogFacts) -> list[str]:
@@ -57,3 +59,6 @@ class Mode:
     named_in_experiment: bool = True
     tag: str = ""  # shown after a run in one-line listings ("[serve]"); empty for the default mode
     settings_section: str | None = None  # the spec section a log's record carries its settings for (`settings`)
+    record_key: str | None = None  # the key of every run's JSON that holds this mode's record (None for others)
+    stored: Stored | None = None  # reads the record back (with record_key)
+    show: Show | None = None  # draws it in `dsv4ctl show`

@@ -38,6 +38,22 @@ def mode_of(name: str | None) -> Mode:
     return found
 
 
+def stored_records(store: Any, run_id: int) -> dict[str, Any]:
+    """Each mode's record of a run under its key of the run's JSON (`align`: the alignment, None for a run of
+    another mode): every key present for every run, so the JSON has one shape."""
+    return {mode.record_key: mode.stored(store, run_id) for mode in REGISTRY.values()
+            if mode.record_key and mode.stored}
+
+
+def show_records(data: dict[str, Any]) -> None:
+    """`dsv4ctl show`: each mode's record that the run has, drawn by its mode; the keys taken out of `data`."""
+    for mode in REGISTRY.values():
+        if mode.record_key:
+            record = data.pop(mode.record_key, None)
+            if record and mode.show:
+                mode.show(record)
+
+
 def prepare_submission(store: Any, planned: list[Any]) -> None:
     """Each mode's checks of its planned runs at submit (`Mode.prepare`), before anything is recorded."""
     by_mode: dict[str, list[Any]] = {}

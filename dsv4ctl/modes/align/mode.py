@@ -58,6 +58,18 @@ def prepare(store: Store, planned: list[Any]) -> None:
     check_references(store, planned)
 
 
+def stored(store: Store, run_id: int) -> dict[str, Any] | None:
+    from .result import stored_alignment
+
+    return stored_alignment(store, run_id)
+
+
+def show(alignment: dict[str, Any]) -> None:
+    from .view import show_alignment
+
+    show_alignment(alignment)
+
+
 def evidence(facts: LogFacts) -> list[str]:
     from ...spec.render import SNAPSHOT_NAME
 
@@ -101,4 +113,5 @@ def _reference_named(log: Path) -> str | None:
 
 
 MODE = Mode(name="align", judge=judge, markers=markers, settle_stored=settle_stored, settle_log=settle_log,
-            evidence=evidence, record=record, prepare=prepare, tag="align", settings_section="align")
+            evidence=evidence, record=record, prepare=prepare, tag="align", settings_section="align",
+            record_key="align", stored=stored, show=show)
