@@ -21,6 +21,9 @@ _STRING = r"(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
 GENERATED = re.compile(r"Generated text: ?(?P<lit>" + _STRING + ")")
 COMPLETION = re.compile(r"CompletionOutput\(index=\d+, text=(?P<lit>" + _STRING + r")(?:, token_ids=(?:array\('l', )?"
                         r"[\[(](?P<ids>[-\d,\s]*)[\])])?")
+# The openai client's objects printed: `ChatCompletionMessage(content='...', ...)`, `CompletionChoice(..., text='...')`.
+_CLIENT_REPR = re.compile(r"ChatCompletionMessage\(content=(?P<lit>" + _STRING + r")|CompletionChoice\(.{0,300}?"
+                          r"\btext=(?P<lit2>" + _STRING + ")")
 _BOS_RUN = re.compile("(?:" + "|".join(re.escape(b) for b in BOS_TEXTS) + r")\s*(?:"
                       + "|".join(re.escape(b) for b in BOS_TEXTS) + ")")
 
@@ -35,7 +38,8 @@ _SSE = re.compile(r"^data: ?(?P<body>\{.*)$")
 _IDS_LABEL = re.compile(r"(?<![\w.])(?:(?:output|generated|completion|response)[ _](?:token[ _])?(?:ids|tokens)|token[ _]ids)"
                         r"['\"]?\s*[=:]\s*"
                         r"(?:array\('l', |tensor\(\[?)?\[(?P<ids>[-\d,\s]{0,1000000})\]")
-_BARE_IDS = re.compile(r"^\[\[?(?P<ids>\s*\d{1,9}(?:\s*,\s*\d{1,9}){7,})\s*,?\s*\]\]?$")
+_BARE_IDS = re.compile(r"^(?:tensor\()?\[\[?(?P<ids>\s*\d{1,9}(?:\s*,\s*\d{1,9}){7,})\s*,?\s*\]\]?"
+                       r"(?:,\s*device='[\w:]+'\))?\)?$")
 _BARE_REPR = re.compile(r"^(?P<lit>'(?:[^'\\]|\\.){4,}'|\"(?:[^\"\\]|\\.){4,}\")$")
 
 
@@ -88,6 +92,9 @@ def read_outputs(content: str) -> list[PrintedOutput]:
             rest = content[m.end():m.end() + 400]
             found.append(PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], ids, _nonfinite(rest)))
         return found
+    if "ChatCompletionMessage(" in content or "CompletionChoice(" in content:  # the openai client's objects
+        return [PrintedOutput(literal(m.group("lit") or m.group("lit2"))[:MAX_TEXT], None, _nonfinite(content))
+                for m in _CLIENT_REPR.finditer(content)]
     m = GENERATED.search(content)
     if m:
         return [PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], None, _nonfinite(content))]
@@ -101,7 +108,7 @@ def read_outputs(content: str) -> list[PrintedOutput]:
     if m and "prompt" not in content[max(0, m.start() - 7):m.start()]:
         return [PrintedOutput(None, _ids(m.group("ids")), _nonfinite(content))]
     stripped = content.strip()
-    if stripped[:1] == "[" and (m := _BARE_IDS.match(stripped)):
+    if stripped[:1] in ("[", "t") and (m := _BARE_IDS.match(stripped)):
         return [PrintedOutput(None, _ids(m.group("ids")))]
     if stripped[:1] in ("'", '"') and (m := _BARE_REPR.match(stripped)) and "\\n" in stripped:
         return [PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], None)]

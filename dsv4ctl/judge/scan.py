@@ -21,10 +21,11 @@ from __future__ import annotations
 import os
 from typing import IO
 
-from . import classify, levels, markers, plaintext, prefixes
+from . import classify, levels, markers, plaintext, prefixes, printed
 from .anchors import ANCHORS, finder, newline_counter  # noqa: F401  (finder re-exported)
 from .captures import DONE, MAX_CAPTURE_LINES, MORE, REJECT, Capture
 from .facts import Event, LogFacts
+from .printed import READ_ALL_LINES
 from .scan_records import (_HTTP_500, MAX_BAD_KEPT, MAX_DIAG_EXAMPLES, MAX_DIAG_KEYS,  # noqa: F401
                            MAX_EVENTS, MAX_NOISE, MAX_REQUESTS, MAX_STAGES, MAX_TRACEBACKS, RecordHandlers,
                            _orphan_exception)
@@ -37,10 +38,7 @@ HEAD_LINES = 256  # the first lines, read before anything else, teach the prefix
 CAPTURE_IDLE_LINES = 200  # a capture whose process printed nothing for this many lines is closed
 FAST_COUNT_BYTES = 64 << 20  # from this log size on, importing numpy (~50 ms) to count newlines pays off
 
-# A log's first lines are all read, anchors or not, until the engine is ready: a paste into a thread is short, and
-# its runtime's words (`TT_THROW`, `| critical |`, an answer printed bare) are not worth an anchor that every byte of
-# a 512 MiB log would pay for.
-READ_ALL_LINES = 1024
+# A log's first lines are all read, anchors or not, until the engine is ready (printed.READ_ALL_LINES).
 RECORDS_ABOVE = 8  # lines looked back from a traceback's header for ERROR records of its process
 
 
@@ -63,6 +61,8 @@ class LogParser(RecordHandlers):
         self._current_overflow = False
         self._stream: tuple[int, list[str]] | None = None  # a streamed answer's first line and its deltas so far
         self._plain = plaintext.PlainBlocks()  # bare lines of a short paste: an answer pasted as plain text?
+        self._printed_lines = printed.PrintedLines()  # pretty JSON bodies, id lists cut over lines
+        self._labelled = printed.LabelledLines()  # `Response: ...` lines of a short paste
         self._bare = False  # the line just dispatched matched nothing
         self.fast_count = False  # count newlines with numpy (set for big inputs, where its import pays off)
 
@@ -116,6 +116,7 @@ class LogParser(RecordHandlers):
         self._captures.clear()
         self._end_stream()
         self._finish_request()
+        self._printed_many(self._printed_lines.close())
         self._plain.end()
         self._plain_answer()
         # Captures finish out of order when ranks interleave: keep records in log order.
@@ -130,6 +131,9 @@ class LogParser(RecordHandlers):
         if answer is not None:
             self._printed_request(answer.line, answer.text, None, "plain_text")
             self.facts.requests[-1].output_repr = repr(answer.shown[:4096])
+            return
+        for line_no, text in printed.labelled_outputs(self.facts, self._labelled):
+            self._printed_request(line_no, text, None, "labelled_text")
 
     def _learn(self, data: bytes) -> None:
         lines = [clean_line(raw) for raw in data.split(b"\n", HEAD_LINES)[:HEAD_LINES]]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import classify, markers, outputs, prefixes
 from .captures import Capture, ListCapture, RequestCapture, Traceback, TracebackCapture
 from .facts import Event, LogFacts
+from .printed import READ_ALL_LINES
 from .tokens import RequestBlock, VerdictOptions, judge_request
 from .values import clean_line, is_nonfinite_value, json_object, parse_decode_list, parse_scalar
 
@@ -155,9 +156,15 @@ class RecordHandlers:
                 self._unreadable(line_no, f"expect.{key}", content)
 
     def _printed_outputs(self, line_no: int, content: str) -> bool:
+        multi = self._printed_lines.feed(line_no, content)
+        if multi is not None:
+            self._printed_many(multi)
+            return True
         if content.startswith("data:"):
             return self._stream_chunk(line_no, content)
         if not any(key in content for key in _OUTPUT_KEYS):
+            if line_no <= READ_ALL_LINES and not self._engine_ready:
+                self._labelled.add(line_no, content)  # kept aside; the line goes on to be read as it is
             return False
         found = outputs.read_outputs(content)
         for printed in found:
@@ -166,6 +173,11 @@ class RecordHandlers:
                           cap=MAX_DIAG_EXAMPLES)
             self._printed_request(line_no, printed.text, printed.token_ids, _output_source(content, printed))
         return bool(found)
+
+    def _printed_many(self, found: list[outputs.PrintedOutput]) -> None:
+        for printed in found:
+            source = "printed_ids" if printed.text is None else "openai_json"
+            self._printed_request(self._printed_lines.first_line, printed.text, printed.token_ids, source)
 
     def _printed_request(self, line_no: int, text: str | None, ids: list[int] | None, source: str) -> None:
         self._finish_request()
@@ -357,7 +369,7 @@ class RecordHandlers:
             facts.dropped["tracebacks"] = facts.dropped.get("tracebacks", 0) + 1
 
 
-_OUTPUT_KEYS = ("Generated text", "CompletionOutput(", "begin▁of▁sentence", '"choices"', '"message"', '"delta"', "_ids",
+_OUTPUT_KEYS = ("Generated text", "CompletionOutput(", "ChatCompletionMessage(", "CompletionChoice(", "tensor([", "begin▁of▁sentence", '"choices"', '"message"', '"delta"', "_ids",
                 "token ids", "output ids",
                 "0, 0, 0, 0, 0", "\\n", "<s><s>", "<|begin_of_text|><|begin")
 
