@@ -75,3 +75,19 @@ def test_log_lines_end_a_block():
         blocks.add(n, line)
     blocks.end()
     assert [b.line for b in blocks.blocks] == [1, 3] and not blocks.names_error
+
+
+def test_dashed_banners_and_comma_separated_metrics_are_log_lines():
+    from dsv4ctl.judge.plaintext import log_line
+
+    assert log_line("----------------End-to-End Latency----------------")
+    assert log_line("Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, "
+                    "Pending: 0 reqs, GPU KV cache usage: 0.0%")
+    assert not log_line("The answer is: 42, and the second one is: 7, as the table shows.")
+
+
+def test_a_blocker_quotes_an_apostrophe_beside_json_as_printed():
+    from dsv4ctl.judge.values import quoted
+
+    assert quoted("I'll output {\"a\": 1}") == "'I'll output {\"a\": 1}'"
+    assert quoted("it's") == '"it\'s"' and quoted("plain") == "'plain'"

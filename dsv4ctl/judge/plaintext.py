@@ -53,7 +53,8 @@ _LOG_LINE = re.compile(
     r"|^\s*[A-Za-z][\w .()/-]{0,40}:(?:\s{2,}|\t)\S"  # an aligned `Key:   value` table (lscpu, env dumps)
     r"|^\t\w[\w ]{0,30}: \S"  # Ray's tab-indented `\tkey: value`
     r"|^\s*[~^]{3,}\s*$"  # Python's markers under the code of a frame
-    r"|^\s*[=*#-]{3,} .* [=*#-]{3,}\s*$")  # a `=== 1 failed in 2.0s ===` banner
+    r"|^\s*[=*#-]{3,} ?\S.*?\S ?[=*#-]{3,}\s*$"  # a `=== 1 failed in 2.0s ===`, `----Latency----` banner
+    r"|(?:[A-Za-z][\w /()-]{0,40}:\s*-?\d[\d.]*%?(?:\s*[A-Za-z/]+)?,\s*){3}")  # `Name: 0.0 tokens/s, ...` fields
 _ERROR_WORDS = re.compile(r"\b(?:error|exception|fatal|failed|failure|panic|panicked|aborted|traceback|segfault"
                           r"|core dumped|denied|refused)\b", re.I)
 

@@ -30,7 +30,7 @@ from .scan_records import (_HTTP_500, MAX_BAD_KEPT, MAX_DIAG_EXAMPLES, MAX_DIAG_
                            MAX_EVENTS, MAX_NOISE, MAX_REQUESTS, MAX_STAGES, MAX_TRACEBACKS, RecordHandlers,
                            _orphan_exception)
 from .tokens import RequestBlock, VerdictOptions, judge_request, parse_token_ids  # noqa: F401  (re-exported)
-from .values import (clean_line, is_nonfinite_value, json_object, parse_decode_list,  # noqa: F401  (re-exported)
+from .values import (quoted, clean_line, is_nonfinite_value, json_object, parse_decode_list,  # noqa: F401  (re-exported)
                      parse_scalar, safe_cut)
 
 CHUNK_SIZE = 1 << 20  # small enough to stay in cache across the read, the anchor pass and the line count
@@ -130,7 +130,7 @@ class LogParser(RecordHandlers):
         answer = plaintext.plain_result(self.facts, self._plain, limit)
         if answer is not None:
             self._printed_request(answer.line, answer.text, None, "plain_text")
-            self.facts.requests[-1].output_repr = repr(answer.shown[:4096])
+            self.facts.requests[-1].output_repr = quoted(answer.shown[:4096])
             return
         for line_no, text in printed.labelled_outputs(self.facts, self._labelled):
             self._printed_request(line_no, text, None, "labelled_text")

@@ -26,6 +26,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from .values import quoted
+
 BOS_TEXTS = ("<｜begin▁of▁sentence｜>", "<s>", "<|begin_of_text|>")
 
 _SCRIPTS = (("latin", re.compile(r"[A-Za-z\u00c0-\u024f\u1e00-\u1eff]")), ("cyrillic", re.compile(r"[\u0400-\u04ff]")),
@@ -93,7 +95,7 @@ def text_problems(text: str, max_repeat_run: int) -> list[str]:
         loop = _tail_loop(text)
         if loop is not None:
             unit, reps = loop
-            problems.append(f"a loop to the end: {unit[:40]!r} repeated {reps} times")
+            problems.append(f"a loop to the end: {quoted(unit[:40])} repeated {reps} times")
     nuls = text.count("\x00")
     if nuls >= 3:
         problems.append(f"{nuls} NUL characters" + (" in a run" if _NUL_RUN.search(text) else ""))

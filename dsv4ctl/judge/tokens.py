@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .outputs import BOS_TEXT, text_problems
+from .values import quoted
 
 BOS_MARKERS = frozenset({BOS_TEXT, "BOS", "<s>"})
 MAX_KEPT_IDS = 1 << 16  # ids of one request kept for comparisons and the verdict; the rest judged as they stream
@@ -240,4 +241,4 @@ def judge_request(request: RequestBlock, opts: VerdictOptions) -> RequestVerdict
                           finish_reason=request.finish_reason, bos_run=bos, max_repeat_run=repeat, problems=problems,
                           ids_elided=bool(request.ids_gaps), source=request.source,
                           output_repr=request.output_repr if request.output_repr is not None or request.output is None
-                          else repr(request.output[:4096]))
+                          else quoted(request.output[:4096]))

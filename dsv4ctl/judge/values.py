@@ -81,3 +81,12 @@ def safe_cut(buf: bytes, limit: int) -> int:
         if at > 0:
             return at + 1
     return limit
+
+
+def quoted(text: str) -> str:
+    """repr() of a text, but an apostrophe beside a double quote left as printed (`'I'll output {"a": 1}'`): a
+    blocker quotes the words an engineer would search for, not Python's escapes of them."""
+    shown = repr(text)
+    if shown[:1] == "'" and "\\'" in shown:
+        return "'" + shown[1:-1].replace("\\'", "'") + "'"
+    return shown
