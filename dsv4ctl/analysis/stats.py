@@ -1,9 +1,10 @@
-"""Statistics for A/B comparisons, after benchstat and asv (shared notes, statistics.md). Pure functions; scipy is
-imported inside them, so importing this module stays cheap.
+"""Statistics for A/B comparisons, after benchstat and asv (shared notes, statistics.md). Pure functions in the
+standard library (rank_tests.py: the numbers scipy.stats gives, without its one-second import); numpy is imported
+inside the bootstrap only.
 
 - centre: the median; spread: the exact order-statistic 95% CI of the median (fewer than 6 samples: unbounded);
-- test: two-sided Mann-Whitney U (exact distribution for small samples, scipy chooses); a test error such as all
-  values equal gives p = 1;
+- test: two-sided Mann-Whitney U (exact distribution for small samples, as scipy chooses); a test that cannot be
+  computed, such as all values equal, gives p = 1;
 - paired runs (interleaved A/B): Wilcoxon signed-rank on the pair differences;
 - sample planning: the smallest n whose best possible exact p reaches alpha (benchstat: 4 at 0.05), the smallest
   n with a bounded interval of the median (6 at 95%), and a normal-approximation estimate of the n needed to see
@@ -33,16 +34,12 @@ def median(values: list[float]) -> float:
 def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
     """Distribution-free CI of the median from order statistics: [x_(k), x_(n+1-k)] with the largest k such that
     2 * P(Binomial(n, 1/2) <= k - 1) <= 1 - confidence. Unbounded when no k qualifies (n < 6 at 95%)."""
-    import numpy as np
-    from scipy.stats import binom
+    from .rank_tests import median_rank
 
     n = len(values)
-    alpha = 1 - confidence
-    ks = np.arange(1, n // 2 + 1)
-    ok = ks[2 * binom.cdf(ks - 1, n, 0.5) <= alpha] if n else ks
-    if not len(ok):
+    k = median_rank(n, 1 - confidence)
+    if not k:
         return (-math.inf, math.inf)
-    k = int(ok.max())
     ordered = sorted(values)
     return (ordered[k - 1], ordered[n - k])
 
@@ -56,28 +53,21 @@ def summarise(values: list[float], confidence: float = 0.95) -> Summary:
 
 def mann_whitney_p(a: list[float], b: list[float]) -> float:
     """Two-sided Mann-Whitney U p-value; 1.0 when the test cannot be computed (e.g. every value equal)."""
-    from scipy.stats import mannwhitneyu
+    from .rank_tests import mann_whitney_p as p_value
 
-    if not a or not b:
+    if not a or not b or any(math.isnan(v) for v in (*a, *b)):
         return 1.0
-    try:
-        p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
-    except ValueError:
-        return 1.0
-    return 1.0 if math.isnan(p) else p
+    return p_value([float(v) for v in a], [float(v) for v in b])
 
 
 def wilcoxon_p(differences: list[float]) -> float | None:
     """Two-sided Wilcoxon signed-rank p-value on paired differences; None with fewer than one nonzero pair."""
-    from scipy.stats import wilcoxon
+    from .rank_tests import wilcoxon_p as p_value
 
     nonzero = [d for d in differences if d != 0]
     if not nonzero:
         return 1.0 if differences else None
-    try:
-        return float(wilcoxon(differences, alternative="two-sided", zero_method="wilcox").pvalue)
-    except ValueError:
-        return None
+    return p_value([float(d) for d in differences])
 
 
 def min_samples(alpha: float) -> int:
@@ -101,14 +91,14 @@ def ci_min_samples(confidence: float = 0.95) -> int:
 def runs_needed(a: list[float], b: list[float], effect: float, alpha: float, power: float = 0.8) -> int:
     """Runs per side to detect an absolute shift `effect` with the observed spread (pooled 1.4826 x MAD), by the
     normal approximation scaled by Mann-Whitney's efficiency (3/pi); never below min_samples(alpha)."""
-    from scipy.stats import norm
+    from statistics import NormalDist
 
     floor = min_samples(alpha)
     spreads = [1.4826 * summarise(s).mad for s in (a, b) if len(s) > 1]
     sigma = math.sqrt(sum(s * s for s in spreads) / len(spreads)) if spreads else 0.0
     if effect <= 0 or sigma == 0:
         return floor
-    z = norm.ppf(1 - alpha / 2) + norm.ppf(power)
+    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
     n = 2 * (z * sigma / effect) ** 2 * math.pi / 3
     return max(floor, math.ceil(n))
 
@@ -128,17 +118,20 @@ def bootstrap_ratio_ci(a: list[float], b: list[float], confidence: float = 0.95)
     if not 2 <= min(len(a), len(b)) or max(len(a), len(b)) > BOOTSTRAP_MAX_RUNS or median(a) == 0:
         return None
     import numpy as np
-    from scipy.stats import bootstrap
 
-    def ratio(x, y, axis=-1):
-        below = np.median(x, axis=axis)
-        return np.median(y, axis=axis) / np.where(below == 0, np.nan, below)
+    def ratio(x, y):
+        below = np.median(x, axis=-1)
+        return np.median(y, axis=-1) / np.where(below == 0, np.nan, below)
 
+    # scipy.stats.bootstrap(..., paired=False, method="percentile") in numpy: each side resampled in turn from the
+    # one generator, the statistic over every resample, then the two quantiles (tests/test_stats_stdlib.py)
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    sides = [np.asarray(side, float) for side in (a, b)]
+    resampled = [side[rng.integers(0, len(side), (BOOTSTRAP_RESAMPLES, len(side)))] for side in sides]
+    tail = (1 - confidence) / 2
     with np.errstate(invalid="ignore", divide="ignore"):
-        result = bootstrap((np.asarray(a, float), np.asarray(b, float)), ratio, vectorized=True, paired=False,
-                           confidence_level=confidence, n_resamples=BOOTSTRAP_RESAMPLES, method="percentile",
-                           rng=np.random.default_rng(BOOTSTRAP_SEED))
-    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+        ends = np.quantile(ratio(*resampled), [tail, 1 - tail])
+    low, high = float(ends[0]), float(ends[1])
     return (low, high) if math.isfinite(low) and math.isfinite(high) else None
 
 
