@@ -47,3 +47,14 @@ def test_an_answer_of_emoji_is_emoji_soup_and_a_few_emoji_are_not():
     assert any("emoji soup" in p for p in text_problems("🎈🎈 🥳 🎁🎁🎁 🎂 🎈 🥳 🎁 🎂🎂 🎈🎈🎈 🥳🥳 🎁 🎂", 16))
     chat = "Great news! 🎉 The build passed on every platform ✅ and the release notes are ready to publish. 🚀"
     assert text_problems(chat, 16) == []
+
+
+def test_shell_job_control_and_macos_signal_lines_are_fatal_signals():
+    from dsv4ctl.judge.classify import line_error
+
+    assert line_error("[1]    48213 killed     python3 -m tools.merge_shards --ckpt ./shards") == ("signal", "killed")
+    assert line_error("zsh: killed     python run.py") == ("signal", "killed")
+    for line in ("zsh: segmentation fault  python run.py", "[2]  7001 abort      python serve.py",
+                 "Abort trap: 6", '"indicator":"Abort trap: 6","byProc":"Python"', "Segmentation fault: 11"):
+        assert line_error(line) is not None and line_error(line)[0] == "signal", line
+    assert line_error("the process was killed politely by the user") is None

@@ -103,9 +103,13 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"|terminate called after throwing an instance of|signal (?:11|6) \(SIG(?:SEGV|ABRT)\)"
         # MPI launchers: Open MPI's `*** Process received signal ***` / `Signal: Aborted (6)`, MPICH's banner
         r"|\*\*\* Process received signal \*\*\*|^(?:\[[^\]]*\] )?Signal: [A-Z][a-z]+(?: [a-z]+)* \(\d+\)"
-        r"|BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES")),
+        r"|BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
+        # zsh's job control (`[1]  4242 segmentation fault  python ...`, `zsh: abort  python`), macOS's shell
+        # (`Abort trap: 6`, `Segmentation fault: 11`) and its crash report's `"indicator":"Abort trap: 6"`
+        r"|^(?:zsh: |\[\d+\] +\d+ )(?:segmentation fault|abort|bus error|illegal hardware instruction)\b"
+        r"|\b(?:Abort trap: 6|Segmentation fault: 11|Bus error: 10|Illegal instruction: 4)\b")),
     ("signal", "killed", re.compile(
-        r"^Killed$|[\]|]Killed$|^(?:\S+: )?line \d+: +\d+ Killed\b|^\[\d+\]\+? +Killed +\S|exit(?:ed)? (?:with )?(?:status|code)[:= ]+137\b"
+        r"^(?:zsh: |\[\d+\] +\d+ )killed +\S|^Killed$|[\]|]Killed$|^(?:\S+: )?line \d+: +\d+ Killed\b|^\[\d+\]\+? +Killed +\S|exit(?:ed)? (?:with )?(?:status|code)[:= ]+137\b"
         r"|exitcode ?[:=] ?-9\b|signal 9 \(SIGKILL\)|received SIGKILL|[Kk]illed by signal 9\b|^=\s+EXIT CODE: (?:9|137)$")),
 )
 
