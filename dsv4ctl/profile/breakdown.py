@@ -8,16 +8,23 @@ a larger trace is refused in one line (profile fewer steps), so memory stays bou
 from __future__ import annotations
 
 import bisect
+import gc
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .categories import RuleSet, load_rules, module_class
+from .collectives import kernel_collectives, op_collective
 from .modules import module_totals, stacks_at
-from .reader import TraceError, read_trace
+from .reader import TraceError, read_events
+
+if TYPE_CHECKING:
+    from .events import Event
 
 MAX_KEPT = 4_000_000  # kernels + launches + module frames + CPU ops kept for the join (~100 bytes each)
+MAX_FRAME_NAMES = 1_000_000  # module frame names remembered with their class (instances repeat every step)
 TOP_KERNELS = 10
 DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "gpu_memset": "gpu_memset",
                "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
@@ -41,6 +48,7 @@ class Breakdown:
     rules_hash: str
     unattributed_us: float = 0.0
     events: int = 0
+    collectives: dict[str, list[float]] = field(default_factory=dict)  # collective -> [kernels, kernel time]
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -60,21 +68,28 @@ class Breakdown:
                         for n, us in sorted(self.modules.items(), key=lambda kv: -kv[1])],
             "steps": self.steps, "launches": self.launches,
             "launches_per_step": round(self.launches / self.steps, 3) if self.steps else None,
-            "top_kernels": self.top_kernels, "unattributed_us": round(self.unattributed_us, 3),
+            "top_kernels": self.top_kernels,
+            "collectives": [{"name": n, "count": int(c), "kernel_us": round(us, 3)}
+                            for n, (c, us) in sorted(self.collectives.items(), key=lambda kv: -kv[1][1])],
+            "unattributed_us": round(self.unattributed_us, 3),
             "events": self.events, "rules_hash": self.rules_hash, "meta": self.meta,
         }
 
 
 class _Collector:
-    """What read_trace hands each event to: keeps the few numbers the join needs, nothing else."""
+    """What read_events hands each batch of events to: keeps the few numbers the join needs, nothing else."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.names: dict[str, int] = {}
-        self.device: list[tuple[float, float, int, str, Any, Any]] = []  # ts, dur, name, kind, correlation, ext
+        self.frames: dict[str, int] = {}  # an `nn.Module: <Class>_<n>` frame name -> its class name's id
+        self.op_kinds: dict[int, int | None] = {}  # a CPU op name's id -> the id of the collective it stands for
+        self.device: list[tuple[float, float, int, str, Any, Any, int | None]] = []
+        # ts, dur, name id, kind, correlation, External id, the collective its args name (id)
         self.launches: dict[Any, tuple[Any, float]] = {}  # correlation -> (thread, ts)
         self.ext_ops: dict[Any, tuple[Any, float]] = {}  # External id of a cpu_op -> (thread, ts)
         self.modules: dict[Any, list[tuple[float, float, int]]] = defaultdict(list)
+        self.comm_ops: dict[Any, list[tuple[float, float, int]]] = defaultdict(list)  # collective ops by thread
         self.ops: list[tuple[Any, float, float, int]] = []  # thread, ts, dur, name
         self.steps: list[tuple[float, float]] = []
         self.kept = 0
@@ -86,56 +101,74 @@ class _Collector:
             found = self.names[name] = len(self.names)
         return found
 
-    def __call__(self, e: dict[str, Any]) -> None:
-        self.events += 1
-        if e.get("ph") != "X":
-            return
-        cat = e.get("cat")
-        try:
-            ts = float(e["ts"])
-            dur = float(e.get("dur") or 0.0)
-        except (KeyError, TypeError, ValueError):
-            return  # an X event without a time: nothing to add up
-        if dur < 0:
-            dur = 0.0
-        args = e.get("args") or {}
-        if not isinstance(args, dict):
-            args = {}
-        name = e.get("name")
-        name = name if isinstance(name, str) else str(name)
-        kind = DEVICE_CATS.get(cat)
-        if kind is not None:
-            self.device.append((ts, dur, self.name_id(name), kind, args.get("correlation"), args.get("External id")))
-        elif cat in LAUNCH_CATS:
-            corr = args.get("correlation")
-            if corr is None:
-                return
-            self.launches[corr] = ((e.get("pid"), e.get("tid")), ts)
-        elif cat == "python_function":
-            if name.startswith("nn.Module: "):
-                self.modules[(e.get("pid"), e.get("tid"))].append((ts, ts + dur, self.name_id(module_class(name))))
-            else:
-                return
-        elif cat in ("cpu_op", "user_annotation"):
-            if name.startswith(STEP_PREFIXES):
+    def frame_id(self, name: str) -> int:
+        found = self.frames.get(name)
+        if found is None:
+            found = self.name_id(module_class(name))
+            if len(self.frames) < MAX_FRAME_NAMES:
+                self.frames[name] = found
+        return found
+
+    def __call__(self, batch: list[Event]) -> None:
+        self.events += len(batch)
+        names, device, launches, kept = self.names, self.device, self.launches, 0
+        for e in batch:
+            if e.ph != "X" or e.ts is None:
+                continue
+            ts, cat, a = e.ts, e.cat, e.args
+            dur = e.dur if e.dur >= 0 else 0.0
+            kind = DEVICE_CATS.get(cat)  # type: ignore[arg-type]
+            if kind is not None:
+                nid = names.get(e.name)
+                if nid is None:
+                    nid = self.name_id(e.name)
+                if a is None:
+                    device.append((ts, dur, nid, kind, None, None, None))
+                else:
+                    device.append((ts, dur, nid, kind, a.correlation, a.external,
+                                   None if a.collective is None else self.name_id(a.collective)))
+            elif cat in LAUNCH_CATS:
+                if a is None or a.correlation is None:
+                    continue
+                launches[a.correlation] = ((e.pid, e.tid), ts)
+            elif cat == "python_function":
+                if not e.name.startswith("nn.Module: "):
+                    continue
+                self.modules[(e.pid, e.tid)].append((ts, ts + dur, self.frame_id(e.name)))
+            elif cat == "cpu_op" or cat == "user_annotation":
+                if e.name.startswith(STEP_PREFIXES):
+                    self.steps.append((ts, ts + dur))
+                    continue
+                if cat == "user_annotation":
+                    continue
+                self._op(e, ts, dur, a)
+            elif cat == "gpu_user_annotation" and e.name.startswith(STEP_PREFIXES):
                 self.steps.append((ts, ts + dur))
-                return
-            if cat == "user_annotation":
-                return
-            thread = (e.get("pid"), e.get("tid"))
-            self.ops.append((thread, ts, dur, self.name_id(name)))
-            ext = args.get("External id")
-            if ext is not None:
-                self.ext_ops[ext] = (thread, ts)
-        elif cat == "gpu_user_annotation" and name.startswith(STEP_PREFIXES):
-            self.steps.append((ts, ts + dur))
-            return
-        else:
-            return
-        self.kept += 1
+                continue
+            else:
+                continue
+            kept += 1
+        self.kept += kept
         if self.kept > MAX_KEPT:
             raise TraceError(f"{self.path}: more than {MAX_KEPT:,} kernels, launches, modules and ops: profile "
                              "fewer steps (profile.steps) or split the trace")
+
+    def _op(self, e: Event, ts: float, dur: float, a: Any) -> None:
+        thread = (e.pid, e.tid)
+        nid = self.name_id(e.name)
+        self.ops.append((thread, ts, dur, nid))
+        if a is None:
+            return
+        if a.external is not None:
+            self.ext_ops[a.external] = (thread, ts)
+        kind = self.op_kinds.get(nid, -1) if a.collective is None else -1
+        if kind == -1:
+            found = op_collective(e.name, a.collective)
+            kind = None if found is None else self.name_id(found)
+            if a.collective is None:
+                self.op_kinds[nid] = kind
+        if kind is not None:
+            self.comm_ops[thread].append((ts, ts + dur, kind))
 
 
 def read_breakdown(path: str | Path, rules: RuleSet | None = None, rank: int | None = None) -> Breakdown:
@@ -145,27 +178,31 @@ def read_breakdown(path: str | Path, rules: RuleSet | None = None, rank: int | N
     got = _Collector(path)
     from .rocprof import read_rocprof, sniff
 
-    header = read_rocprof(path, got) if sniff(path) else read_trace(path, got)
+    collecting = gc.isenabled()
+    gc.disable()  # the join keeps ~1 M tuples and no cycles: the collector's passes over them cost ~20%
+    try:
+        header = read_rocprof(path, got) if sniff(path) else read_events(path, got)
+        result = _device_breakdown(got, rules) if got.device else _cpu_breakdown(got, rules)
+    finally:
+        if collecting:
+            gc.enable()
     info = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
     if rank is None:
         rank = info.get("rank") if isinstance(info.get("rank"), int) else 0
     meta = {k: header[k] for k in ("vllm_version", "with_stack", "host_name", "tool") if k in header}
     if "world_size" in info:
         meta["world_size"] = info["world_size"]
-    if got.device:
-        result = _device_breakdown(got, rules)
-    else:
-        result = _cpu_breakdown(got, rules)
     return Breakdown(path=str(path), rank=rank, rules_hash=rules.digest, events=got.events, meta=meta,
                      steps=len(got.steps), **result)
 
 
 def _launch_queries(got: _Collector) -> tuple[list[tuple[Any, float, int]], list[bool]]:
     queries, found = [], []
-    for i, (_, _, _, _, corr, ext) in enumerate(got.device):
-        where = got.launches.get(corr) if corr is not None else None
+    launches, ext_ops = got.launches, got.ext_ops
+    for i, (_, _, _, _, corr, ext, _) in enumerate(got.device):
+        where = launches.get(corr) if corr is not None else None
         if where is None and ext is not None:
-            where = got.ext_ops.get(ext)
+            where = ext_ops.get(ext)
         found.append(where is not None)
         if where is not None:
             queries.append((where[0], where[1], i))
@@ -174,31 +211,39 @@ def _launch_queries(got: _Collector) -> tuple[list[tuple[Any, float, int]], list
 
 def _device_breakdown(got: _Collector, rules: RuleSet) -> dict[str, Any]:
     names = list(got.names)
-    queries, found = _launch_queries(got)
+    queries, _ = _launch_queries(got)
     stacks = stacks_at(got.modules, queries)
     categories = dict.fromkeys(rules.categories, 0.0)
-    paths: list[tuple[tuple[str, ...] | None, float]] = []
+    per_path: dict[tuple[int, ...] | None, float] = defaultdict(float)
     per_kernel: dict[int, list[float]] = defaultdict(lambda: [0, 0.0])
-    comm: list[tuple[float, float]] = []
+    seen: dict[tuple[str, int, tuple[int, ...] | None], str] = {}
+    comm: list[int] = []
     compute: list[tuple[float, float]] = []
-    unattributed = 0.0
-    for i, (ts, dur, name, kind, _, _) in enumerate(got.device):
+    for i, (ts, dur, name, kind, _, _, _) in enumerate(got.device):
         ids = stacks.get(i)
-        path = tuple(names[m] for m in ids) if ids is not None else None
-        category = rules.categorise(kind, names[name], "/".join(path or ()))
-        categories[category] = categories.get(category, 0.0) + dur
-        paths.append((path, dur))
-        unattributed += dur if path is None else 0.0
+        key = (kind, name, ids)
+        category = seen.get(key)
+        if category is None:
+            path = "/".join(names[m] for m in ids) if ids else ""
+            category = seen[key] = rules.categorise(kind, names[name], path)
+        categories[category] += dur
+        per_path[ids] += dur
         entry = per_kernel[name]
         entry[0] += 1
         entry[1] += dur
-        (comm if category == "communication" else compute).append((ts, ts + dur))
-    _split_communication(categories, comm, compute)
-    return {"device": "gpu", "kernel_us": sum(d for _, d, *_ in got.device),
-            "busy_us": _union_length([(ts, ts + d) for ts, d, *_ in got.device]),
-            "span_us": _span([(ts, ts + d) for ts, d, *_ in got.device]), "categories": categories,
-            "modules": module_totals(paths), "launches": len(got.device),
-            "top_kernels": _top(per_kernel, names), "unattributed_us": unattributed}
+        if category == "communication":
+            comm.append(i)
+        else:
+            compute.append((ts, ts + dur))
+    intervals = [(ts, ts + d) for ts, d, *_ in got.device]
+    _split_communication(categories, [intervals[i] for i in comm], compute)
+    modules = module_totals((None if ids is None else tuple(names[m] for m in ids), us)
+                            for ids, us in per_path.items())
+    return {"device": "gpu", "kernel_us": math.fsum(d for _, d, *_ in got.device),
+            "busy_us": _union_length(intervals), "span_us": _span(intervals), "categories": categories,
+            "modules": modules, "launches": len(got.device), "top_kernels": _top(per_kernel, names),
+            "unattributed_us": per_path.get(None, 0.0),
+            "collectives": kernel_collectives(got.device, comm, queries, got.comm_ops, names)}
 
 
 def _cpu_breakdown(got: _Collector, rules: RuleSet) -> dict[str, Any]:
@@ -259,13 +304,20 @@ def _split_communication(categories: dict[str, float], comm: list[tuple[float, f
 
 
 def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[list[float]] = []
-    for s, e in sorted(intervals):
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
+    merged: list[tuple[float, float]] = []
+    if not intervals:
+        return merged
+    ordered = sorted(intervals)
+    start, end = ordered[0]
+    for s, e in ordered:
+        if s <= end:
+            if e > end:
+                end = e
         else:
-            merged.append([s, e])
-    return [(s, e) for s, e in merged]
+            merged.append((start, end))
+            start, end = s, e
+    merged.append((start, end))
+    return merged
 
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from operator import itemgetter
 
 NO_MODULE = "(no module)"  # launched outside every nn.Module (sampling, the engine's own ops)
 UNATTRIBUTED = "(unattributed)"  # no launch found: no correlation and no External id, or their launch is missing
@@ -18,26 +19,43 @@ Interval = tuple[float, float, int]  # start, end, the module's class-name id
 def stacks_at(modules: dict[object, list[Interval]], queries: Iterable[tuple[object, float, int]]
               ) -> dict[int, tuple[int, ...]]:
     """For each query (thread, time, query id): the ids of the modules open at that time on that thread,
-    outermost first. One sweep per thread over intervals sorted by start (longest first at equal starts)."""
+    outermost first. One sweep per thread over intervals sorted by start (longest first at equal starts); the
+    stack's ids are reused from one query to the next while no frame opened or closed in between."""
     by_thread: dict[object, list[tuple[float, int]]] = defaultdict(list)
     for thread, ts, qid in queries:
         by_thread[thread].append((ts, qid))
     found: dict[int, tuple[int, ...]] = {}
     for thread, asked in by_thread.items():
-        intervals = sorted(modules.get(thread, ()), key=lambda m: (m[0], -m[1]))
+        intervals = list(modules.get(thread, ()))
+        intervals.sort(key=itemgetter(1), reverse=True)  # two stable C sorts: by start, longest first
+        intervals.sort(key=itemgetter(0))
         asked.sort()
-        stack: list[Interval] = []
-        i = 0
+        ends: list[float] = []  # the open frames' ends, ids, and the least end at or below each
+        ids: list[int] = []
+        least: list[float] = []
+        i, n = 0, len(intervals)
+        current: tuple[int, ...] | None = ()
         for ts, qid in asked:
-            while i < len(intervals) and intervals[i][0] <= ts:
-                while stack and stack[-1][1] <= intervals[i][0]:
-                    stack.pop()
-                stack.append(intervals[i])
-                i += 1
-            while stack and stack[-1][1] < ts:
-                stack.pop()
-            # an interval below the top may have ended (a trace with ragged nesting): keep only those still open
-            found[qid] = tuple(m[2] for m in stack if m[1] >= ts)
+            if i < n and intervals[i][0] <= ts:
+                current = None
+                while i < n and intervals[i][0] <= ts:
+                    start, end, mid = intervals[i]
+                    while ends and ends[-1] <= start:
+                        ends.pop(), ids.pop(), least.pop()
+                    least.append(least[-1] if least and least[-1] < end else end)
+                    ends.append(end)
+                    ids.append(mid)
+                    i += 1
+            if ends and ends[-1] < ts:
+                current = None
+                while ends and ends[-1] < ts:
+                    ends.pop(), ids.pop(), least.pop()
+            if not least or least[-1] >= ts:
+                if current is None:
+                    current = tuple(ids)
+                found[qid] = current
+            else:  # an interval below the top has ended (a trace with ragged nesting): only those still open
+                found[qid] = tuple(m for m, e in zip(ids, ends) if e >= ts)
     return found
 
 

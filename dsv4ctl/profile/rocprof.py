@@ -13,9 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .events import Event
 from .reader import TraceError, open_chunks
 
 MAX_JSON_BYTES = 256 << 20  # json.load holds ~8x the file in memory
+BATCH = 4096
 CSV_NEEDS = ("Kernel_Name", "Start_Timestamp", "End_Timestamp")
 
 
@@ -33,14 +35,24 @@ def sniff(path: Path) -> str | None:
     return None
 
 
-def read_rocprof(path: Path, on_event: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+def read_rocprof(path: Path, on_batch: Callable[[list[Event]], None]) -> dict[str, Any]:
+    """Stream a rocprofv3 file's kernels (and copies) to `on_batch` as events.Event records, BATCH at a time."""
+    pending: list[Event] = []
+
+    def on_event(event: Event) -> None:
+        pending.append(event)
+        if len(pending) >= BATCH:
+            on_batch(pending[:])
+            pending.clear()
+
     kind = sniff(path)
-    if kind == "csv":
-        return _read_csv(path, on_event)
-    return _read_json(path, on_event)
+    header = _read_csv(path, on_event) if kind == "csv" else _read_json(path, on_event)
+    if pending:
+        on_batch(pending)
+    return header
 
 
-def _kernel(name: str, start_ns: Any, end_ns: Any, where: str, cat: str = "kernel") -> dict[str, Any]:
+def _kernel(name: str, start_ns: Any, end_ns: Any, where: str, cat: str = "kernel") -> Event:
     try:
         start, end = int(start_ns), int(end_ns)
     except (TypeError, ValueError):
@@ -48,10 +60,10 @@ def _kernel(name: str, start_ns: Any, end_ns: Any, where: str, cat: str = "kerne
             from None
     if end < start:
         raise TraceError(f"{where}: a kernel that ends before it starts ({start} > {end} ns)")
-    return {"ph": "X", "cat": cat, "name": name, "ts": start / 1000.0, "dur": (end - start) / 1000.0, "args": {}}
+    return Event(ph="X", cat=cat, name=name, ts=start / 1000.0, dur=(end - start) / 1000.0)
 
 
-def _read_csv(path: Path, on_event: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+def _read_csv(path: Path, on_event: Callable[[Event], None]) -> dict[str, Any]:
     read = open_chunks(path)
 
     class _Lines(io.TextIOBase):
@@ -93,7 +105,7 @@ def _symbols(tool: dict[str, Any]) -> dict[Any, str]:
     return names
 
 
-def _read_json(path: Path, on_event: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+def _read_json(path: Path, on_event: Callable[[Event], None]) -> dict[str, Any]:
     if path.stat().st_size > MAX_JSON_BYTES:
         raise TraceError(f"{path}: a rocprofv3 JSON over {MAX_JSON_BYTES >> 20} MiB: use --output-format csv "
                          "(streamed) for long runs")
