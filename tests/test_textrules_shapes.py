@@ -58,3 +58,13 @@ def test_shell_job_control_and_macos_signal_lines_are_fatal_signals():
                  "Abort trap: 6", '"indicator":"Abort trap: 6","byProc":"Python"', "Segmentation fault: 11"):
         assert line_error(line) is not None and line_error(line)[0] == "signal", line
     assert line_error("the process was killed politely by the user") is None
+
+
+def test_a_special_token_said_over_and_over_is_degenerate_even_when_the_run_does_not_reach_the_end():
+    answer = "<pad><extra_id_0> " + "<unk> " * 12 + "<unk>..<unk>..<extra_id_1>..</s>"
+    assert any("special token (<unk>)" in p for p in text_problems(answer, 16))
+    prompt = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nName three rivers in "
+              "Europe and one fact about each.<|im_end|>\n<|im_start|>assistant\nThe Danube, the Rhine and the Seine.")
+    assert text_problems(prompt, 16) == []
+    explained = "Padding uses <pad>, unknown words map to <unk>, and T5 marks spans with <extra_id_0>, <extra_id_1>."
+    assert text_problems(explained, 16) == []

@@ -142,6 +142,7 @@ def _pieces(block: PlainBlock):
 
 
 _QUOTED = re.compile(r"\(?'(.{1,24}?)'")
+_SPECIAL_SAID = re.compile(r"special token \((.{1,40}?)\) said")
 
 
 def _problem_line(lines: list[str], problem: str) -> int:
@@ -156,7 +157,7 @@ def _problem_line(lines: list[str], problem: str) -> int:
             return emoji_count(lines[i])[0] if "emoji" in problem else len(scripts_of(lines[i]))
 
         return max(range(len(lines)), key=lambda i: (weight(i), -i))
-    m = _QUOTED.search(problem)
+    m = _SPECIAL_SAID.search(problem) or _QUOTED.search(problem)
     if m:
         needle = m.group(1)
         for i, text in enumerate(lines):

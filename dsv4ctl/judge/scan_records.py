@@ -172,6 +172,8 @@ class RecordHandlers:
                 self._add(self.facts.nonfinite, Event(line_no, "logprob", printed.nonfinite[:200]), "nonfinite",
                           cap=MAX_DIAG_EXAMPLES)
             self._printed_request(line_no, printed.text, printed.token_ids, _output_source(content, printed))
+            if printed.text is not None and not printed.text.strip():  # an empty answer: quote the line it is on
+                self.facts.requests[-1].output_repr = content.strip()[:300]
         return bool(found)
 
     def _printed_many(self, found: list[outputs.PrintedOutput]) -> None:

@@ -105,7 +105,31 @@ def text_problems(text: str, max_repeat_run: int) -> list[str]:
     past_end = _past_end_of_turn(text)
     if past_end:
         problems.append(past_end)
+    if not problems:
+        special = _special_run(text)
+        if special:
+            problems.append(special)
     return problems
+
+
+# Special tokens printed as text: `<unk>`, `<pad>`, `<extra_id_0>`, `<0x0A>`, `<|endoftext|>`, `[UNK]`, `⁇`.
+_ANY_SPECIAL = re.compile(r"<(?:unk|pad|mask|s|/s|eos|bos|sep|cls|extra_id_\d{1,3}|0x[0-9A-Fa-f]{2})>|<\|[A-Za-z_]{2,24}\|>"
+                          r"|<｜[^｜<>]{2,30}｜>|\[(?:UNK|PAD|MASK|SEP|CLS)\]|⁇")
+
+
+def _special_run(text: str) -> str | None:
+    """One special token said >= 8 times and making up >= 40% of the answer's visible text: the model printing its
+    vocabulary's reserved tokens, not words (a prompt printed whole holds a few, between long turns)."""
+    sample = text[:LOOP_WINDOW]
+    found = _ANY_SPECIAL.findall(sample)
+    if len(found) < 8:
+        return None
+    token = max(set(found), key=found.count)
+    said = found.count(token)
+    visible = sum(not ch.isspace() for ch in sample)
+    if said >= 8 and said * len(token) * 5 >= 2 * visible:
+        return f"a special token ({token}) said {said} times: most of the answer"
+    return None
 
 
 def _cut_word(words: list[str]) -> bool:
