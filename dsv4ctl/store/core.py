@@ -1,4 +1,4 @@
-"""The results store: one SQLite file (default ./results.db) through sqlite-utils.
+"""The results store: one SQLite file (default ./results.db), read through sqlite3 and written through sqlite-utils.
 
 Schema changes are numbered migrations applied in one transaction when the store is opened, recorded in
 `_dsv4ctl_migrations`. WAL and a busy timeout let several dsv4ctl processes write at once without "database is
@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
-from .dbfile import StoreError, connect, set_journal, writable
+from .dbfile import Database, StoreError, connect, set_journal, writable
 from .filesystem import journal_for
 from .migrations import check_version, migrate
 from .values import (FINAL, INT64_MAX, LATEST, NOT_WAITING, SUBMITTING, CampaignNotFound, LabelTaken, RunNotFound,
@@ -43,7 +41,7 @@ class RunRow:
         """The one JSON shape of a run (runs, show, status, submit): nested objects and arrays, never JSON inside a
         string, and null where the scheduler printed a placeholder ("Unknown", "None assigned")."""
         data = {k: (None if v in PLACEHOLDERS else v) for k, v in self.data.items()
-                if k not in ("point_json", "switches_json", "tags", "origin_json")}
+                if k not in ("point_json", "switches_json", "tags", "origin_json", "has_verdict")}
         data["point"] = json.loads(self.data.get("point_json") or "{}")
         data["switches"] = json.loads(self.data.get("switches_json") or "{}")
         data["tags"] = [t for t in (self.data.get("tags") or "").split(",") if t]
@@ -74,7 +72,7 @@ class Store:
                 conn.close()  # the file or its folder refuses writes after all (immutable, read-only mount)
                 self.read_only = True
                 conn = connect(self.path, True)
-        self.db = sqlite_utils.Database(conn)
+        self.db = Database(conn)
         if self.read_only:
             pending = check_version(self.db, self.path)
             if pending:

@@ -88,6 +88,40 @@ class _GuardedConnection(sqlite3.Connection):
         _guard(super().commit, self.path)
 
 
+class Database:
+    """The store's handle on its connection: `execute` and `table_names` straight on sqlite3 (every read path), the
+    rest of sqlite-utils' Database (tables, insert, upsert, columns) built on first use. Importing sqlite-utils
+    imports numpy when it is installed (~0.1 s): a command that only reads never pays for it."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self._utils: Any = None
+        conn.execute("PRAGMA recursive_triggers = on")  # as sqlite_utils.Database sets it, so writes behave alike
+
+    def execute(self, sql: str, parameters: Any = None) -> sqlite3.Cursor:
+        # sqlite-utils' execute on an autocommit connection (isolation_level=None) is exactly this
+        return self.conn.execute(sql) if parameters is None else self.conn.execute(sql, parameters)
+
+    def table_names(self) -> list[str]:
+        return [row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+
+    @property
+    def utils(self) -> Any:
+        if self._utils is None:
+            import sqlite_utils
+
+            self._utils = sqlite_utils.Database(self.conn)
+        return self._utils
+
+    def __getitem__(self, table: str) -> Any:
+        return self.utils[table]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.utils, name)
+
+
 def writable(path: Path) -> bool:
     """Whether this process can write the database (and the -wal/-shm files WAL keeps beside it)."""
     if path.exists():

@@ -62,7 +62,7 @@ class _Merge:
         if self.db.execute("SELECT 1 FROM runs WHERE token = ?", [row.get("token")]).fetchone():
             self.result.present += 1
             return
-        fields = self._fields("runs", row, ("id", "label"))
+        fields = self._fields("runs", row, ("id", "label", "has_verdict"))  # the mark follows its verdict (m013)
         fields["experiment_id"] = self.experiments.get(row.get("experiment_id"))
         fields["campaign_id"] = self.campaigns.get(row.get("campaign_id"))
         if fields["experiment_id"] is None:

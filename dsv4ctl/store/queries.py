@@ -189,8 +189,10 @@ def in_flight_ids(store: Store) -> list[int]:
         ids |= {row[0] for row in store.db.execute(
             f"SELECT id FROM runs WHERE state IN ({','.join('?' * len(waiting))}) AND ingested = 0", waiting)}
     finals = sorted(FINAL)
+    # idx_runs_awaiting_verdict (m013) holds only the runs without a verdict: never the judged history (named, as
+    # the planner would otherwise walk idx_runs_followed over every final run)
     ids |= {row[0] for row in store.db.execute(
-        f"SELECT id FROM runs WHERE state IN ({','.join('?' * len(finals))}) AND ingested = 0 "
+        f"SELECT id FROM runs INDEXED BY idx_runs_awaiting_verdict WHERE state IN ({','.join('?' * len(finals))}) AND has_verdict = 0 AND ingested = 0 "
         "AND judge_error IS NULL AND NOT EXISTS (SELECT 1 FROM verdicts WHERE verdicts.run_id = runs.id)", finals)}
     return sorted(ids)
 
