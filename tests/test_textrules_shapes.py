@@ -68,3 +68,18 @@ def test_a_special_token_said_over_and_over_is_degenerate_even_when_the_run_does
     assert text_problems(prompt, 16) == []
     explained = "Padding uses <pad>, unknown words map to <unk>, and T5 marks spans with <extra_id_0>, <extra_id_1>."
     assert text_problems(explained, 16) == []
+
+
+def test_a_loop_that_ends_differently_is_still_a_loop():
+    said = "The answer is 4. " * 4 + "I hope this helps you with the sum!"
+    assert any(p.startswith("a loop:") for p in text_problems(said, 16))
+    block = "Step one: open the valve.\nStep two: wait for the hiss.\n" * 3 + "Finally, close it again."
+    assert any(p.startswith("a loop:") for p in text_problems(block, 16))
+
+
+def test_code_and_frames_said_again_are_not_loops():
+    code = "x = f(\n    self._backend._ffi.NULL,\n    self._backend._ffi.NULL,\n    self._backend._ffi.NULL,\n)\n"
+    frames = "==4174==    by 0x12F68A3: ??? (in /usr/bin/node)\n" * 6 + "==4174== LEAK SUMMARY:"
+    short = "Yes. Yes. Yes. I agree with that plan entirely, it is a good one."
+    for text in (code, frames, short):
+        assert not any(p.startswith("a loop:") for p in text_problems(text, 16)), text

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from .textloops import block_loop
 from .values import quoted
 
 BOS_TEXTS = ("<｜begin▁of▁sentence｜>", "<s>", "<|begin_of_text|>")
@@ -96,6 +97,8 @@ def text_problems(text: str, max_repeat_run: int) -> list[str]:
         if loop is not None:
             unit, reps = loop
             problems.append(f"a loop to the end: {quoted(unit[:40])} repeated {reps} times")
+        else:
+            problems += _loop_inside(text)
     nuls = text.count("\x00")
     if nuls >= 3:
         problems.append(f"{nuls} NUL characters" + (" in a run" if _NUL_RUN.search(text) else ""))
@@ -130,6 +133,15 @@ def _special_run(text: str) -> str | None:
     if said >= 8 and said * len(token) * 5 >= 2 * visible:
         return f"a special token ({token}) said {said} times: most of the answer"
     return None
+
+
+def _loop_inside(text: str) -> list[str]:
+    """A loop that does not reach the end (textloops): a block said >= 3 times in a row."""
+    block = block_loop(text)
+    if block is not None:
+        unit, reps = block
+        return [f"a loop: {quoted(unit[:40])} repeated {reps} times in a row"]
+    return []
 
 
 def _cut_word(words: list[str]) -> bool:
@@ -195,14 +207,14 @@ def _code_soup(text: str) -> str | None:
     return None
 
 
-def _emoji(ch: str) -> bool:
-    return ch >= "\U0001f000" or "\u2600" <= ch <= "\u27bf"
+_EMOJI = re.compile("[\U0001f000-\U0010ffff\u2600-\u27bf]")
+_UNCOUNTED = re.compile("[\\s\ufe0f\u200d]")
 
 
 def emoji_count(text: str) -> tuple[int, int]:
     """(emoji, visible characters) of a text; variation selectors and joiners are not counted."""
-    visible = [ch for ch in text if not ch.isspace() and ch not in "\ufe0f\u200d"]
-    return sum(map(_emoji, visible)), len(visible)
+    emoji = len(_EMOJI.findall(text))
+    return emoji, (len(text) - len(_UNCOUNTED.findall(text))) if emoji else 0
 
 
 def _emoji_soup(text: str) -> str | None:
