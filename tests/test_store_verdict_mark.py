@@ -114,3 +114,14 @@ def test_opening_and_reading_the_store_imports_neither_sqlite_utils_nor_numpy(tm
             "print(','.join(m for m in ('sqlite_utils', 'numpy') if m in sys.modules) or 'none')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "none", done.stderr
+
+
+def test_db_check_finds_a_wrong_mark(tmp_path):
+    from dsv4ctl.store.check import check
+
+    store = open_store(tmp_path / "r.db")
+    ids = fill(store, ["COMPLETED", "COMPLETED"])
+    store.save_verdict(ids[0], VERDICT)
+    assert check(store).ok
+    store.db.execute("UPDATE runs SET has_verdict = 1 WHERE id = ?", [ids[1]])  # by hand, past the triggers
+    assert [p for p in check(store).problems if p.startswith("verdict marks: 1 run(s)")]

@@ -15,6 +15,7 @@ tests/test_stats_stdlib.py checks each one against scipy on random samples with 
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -171,16 +172,18 @@ def _first_term_above(log_term, k: int, floor: float) -> int:
     return low
 
 
+@functools.lru_cache(maxsize=256)
 def median_rank(n: int, alpha: float) -> int:
     """The largest k with 2 P(Binomial(n, 1/2) <= k - 1) <= alpha (0 when none): [x_(k), x_(n+1-k)] covers the
     median with confidence 1 - alpha."""
     if n <= EXACT_BINOMIAL_N:
-        limit = Fraction(alpha) * 2 ** n  # 2 * sum_{i<k} C(n, i) <= alpha 2^n, in integers
+        num, den = float(alpha).as_integer_ratio()
+        limit = num << n  # 2 den sum_{i<k} C(n, i) <= num 2^n: alpha exactly, in integers
         best, total, term = 0, 0, 1
         for k in range(1, n // 2 + 1):
             total += term  # sum_{i <= k-1} C(n, i)
             term = term * (n - k + 1) // k
-            if 2 * total > limit:
+            if 2 * den * total > limit:
                 break
             best = k
         return best

@@ -1,5 +1,5 @@
 """`dsv4ctl db check` and `db vacuum`: SQLite's own integrity check, the foreign keys, rows whose run is gone (in
-every table keyed by run, declared or not), and compaction."""
+every table keyed by run, declared or not), runs whose verdict mark (m013) is wrong, and compaction."""
 
 from __future__ import annotations
 
@@ -35,6 +35,10 @@ def check(store: Store) -> CheckReport:
                          "(campaign_id IS NOT NULL AND campaign_id NOT IN (SELECT id FROM campaigns))").fetchone()[0]
     if orphans:
         report.problems.append(f"orphans: {orphans} run(s) name a missing experiment or campaign")
+    stale = db.execute("SELECT count(*) FROM runs WHERE has_verdict != "
+                       "EXISTS (SELECT 1 FROM verdicts WHERE verdicts.run_id = runs.id)").fetchone()[0]
+    if stale:  # m013's mark, which status reads to find the finished runs not judged yet
+        report.problems.append(f"verdict marks: {stale} run(s) whose runs.has_verdict disagrees with the verdicts")
     for table in ("experiments", "campaigns", "runs", "verdicts", "metrics"):
         report.counts[table] = db.execute(f"SELECT count(*) FROM [{table}]").fetchone()[0]
     return report
