@@ -278,3 +278,45 @@ def test_fixture_manifest_names_every_file_and_the_docs_its_shape_follows():
     for name, entry in manifest["files"].items():
         assert entry["shape"] and (entry["docs"] or name == "expected.json")
         assert all(d.startswith("https://") for d in entry["docs"])
+
+
+def test_markdown_report_has_the_profile_section_with_the_bars_figures(tmp_path):
+    """`report --markdown`'s profile table: one row per profiled run with the HTML bars' categories (largest first,
+    their shares), the failed run said, the unread one named with its command; through the real command."""
+    import re
+
+    from dsv4ctl.report.markdown import markdown_profiles
+
+    store, base, cand, unread, bars, _ = _report_page(tmp_path)
+    lines = markdown_profiles(bars)
+    rows = [line for line in lines if re.match(r"\| \d", line)]
+    assert lines[1] == "## Where the time goes (profiles)" and len(rows) == len(bars) == 13
+    for bar, row in zip(bars, rows):
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        assert cells[0].split()[0] == str(bar["run"])
+        if bar["unread"]:
+            assert cells[3] == "-" and f"`dsv4ctl profile {unread}`" in cells[4]
+            continue
+        assert float(cells[3].replace(",", "")) == pytest.approx(bar["kernel_us"], abs=0.05)
+        shares = re.findall(r"([a-z_]+) ([\d.]+)%", cells[4])
+        ranked = sorted(bar["segments"], key=lambda s: -s["share"])
+        assert [n for n, _ in shares] == [s["name"] for s in ranked]
+        assert [float(p) for _, p in shares] == pytest.approx([100 * s["share"] for s in ranked], abs=0.051)
+        assert ("FAILED its verdict (degenerate)" in cells[4]) == bar["failed"]
+        assert cells[5].startswith("DeepseekV4MoE ")
+    assert markdown_profiles([]) == []
+    # the same section in the page `dsv4ctl report --markdown` writes, for a campaign of profiled runs
+    cid = store.create_campaign("profiled", "local", "test")
+    eid = store.experiment_id("e", "h", "{}", "test")
+    run_id = store.add_run(campaign_id=cid, experiment_id=eid, token="t-md", state="COMPLETED", label="M1")
+    store.save_verdict(run_id, {"status": "coherent", "passed": True, "false_green": False, "bos_run": 0,
+                                "py_exit": 0, "first_blocker": None, "requests": [], "metrics": {"gen_s": 1.0}})
+    for name in RANKS:
+        save_profile(store, run_id, "skip2+3", read_breakdown(PROFILES / name))
+    out = tmp_path / "r.md"
+    with pytest.raises(SystemExit) as exited:
+        main(["report", "profiled", "--markdown", "--db", str(tmp_path / "r.db"), "--output", str(out)])
+    assert exited.value.code in (0, None)
+    page = out.read_text(encoding="utf-8")
+    (row,) = [line for line in page.splitlines() if line.startswith(f"| {run_id} (M1) |")]
+    assert "## Where the time goes (profiles)" in page and "moe_routed" in row and "DeepseekV4MoE" in row

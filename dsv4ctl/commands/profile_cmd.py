@@ -69,7 +69,7 @@ def _show(profiles, as_json: bool) -> None:
 def draw_profile(d, modules: int = 15, kernels: bool = True) -> None:
     """One profile in the terminal: its headline, what it must say (a FAILED verdict), categories, modules and
     (unless `show` draws it) the top kernels."""
-    from ..profile.view import category_rows, headline, kernel_rows, module_rows
+    from ..profile.view import category_rows, collective_rows, headline, kernel_rows, module_rows
 
     output.text(headline(d))
     for note in d["notes"]:
@@ -80,6 +80,8 @@ def draw_profile(d, modules: int = 15, kernels: bool = True) -> None:
     if kernels:
         output.table("top kernels" if d["device"] == "gpu" else "top CPU ops", ["name", "count", "us"],
                      kernel_rows(d))
+    if kernels and d.get("collectives"):
+        output.table("communication by collective", ["collective", "kernels", "us"], collective_rows(d))
 
 
 def show_stored_profile(profile, unread: str | None, run_id) -> None:

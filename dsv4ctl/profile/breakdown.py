@@ -111,7 +111,8 @@ class _Collector:
 
     def __call__(self, batch: list[Event]) -> None:
         self.events += len(batch)
-        names, device, launches, kept = self.names, self.device, self.launches, 0
+        names, device, launches, frames, modules, kept = (self.names, self.device, self.launches, self.frames,
+                                                          self.modules, 0)
         for e in batch:
             if e.ph != "X" or e.ts is None:
                 continue
@@ -132,9 +133,13 @@ class _Collector:
                     continue
                 launches[a.correlation] = ((e.pid, e.tid), ts)
             elif cat == "python_function":
-                if not e.name.startswith("nn.Module: "):
+                name = e.name
+                if not name.startswith("nn.Module: "):
                     continue
-                self.modules[(e.pid, e.tid)].append((ts, ts + dur, self.frame_id(e.name)))
+                fid = frames.get(name)
+                if fid is None:
+                    fid = self.frame_id(name)
+                modules[(e.pid, e.tid)].append((ts, ts + dur, fid))
             elif cat == "cpu_op" or cat == "user_annotation":
                 if e.name.startswith(STEP_PREFIXES):
                     self.steps.append((ts, ts + dur))
@@ -156,7 +161,8 @@ class _Collector:
     def _op(self, e: Event, ts: float, dur: float, a: Any) -> None:
         thread = (e.pid, e.tid)
         nid = self.name_id(e.name)
-        self.ops.append((thread, ts, dur, nid))
+        if not self.device:  # the CPU ops' self times are the work items only of a trace without device events
+            self.ops.append((thread, ts, dur, nid))
         if a is None:
             return
         if a.external is not None:
@@ -212,37 +218,43 @@ def _launch_queries(got: _Collector) -> tuple[list[tuple[Any, float, int]], list
 def _device_breakdown(got: _Collector, rules: RuleSet) -> dict[str, Any]:
     names = list(got.names)
     queries, _ = _launch_queries(got)
-    stacks = stacks_at(got.modules, queries)
+    stacks_get = stacks_at(got.modules, queries).get
+    # kernels of one name launched under one module stack: [count, kernel time, category], one category match each
+    groups: dict[tuple[str, int, tuple[int, ...] | None], list[Any]] = {}
+    comm: list[int] = []
+    for i, (_, dur, name, kind, *_) in enumerate(got.device):
+        key = (kind, name, stacks_get(i))
+        group = groups.get(key)
+        if group is None:
+            ids = key[2]
+            path = "/".join(names[m] for m in ids) if ids else ""
+            group = groups[key] = [0, 0.0, rules.categorise(kind, names[name], path)]
+        group[0] += 1
+        group[1] += dur
+        if group[2] == "communication":
+            comm.append(i)
     categories = dict.fromkeys(rules.categories, 0.0)
     per_path: dict[tuple[int, ...] | None, float] = defaultdict(float)
     per_kernel: dict[int, list[float]] = defaultdict(lambda: [0, 0.0])
-    seen: dict[tuple[str, int, tuple[int, ...] | None], str] = {}
-    comm: list[int] = []
-    compute: list[tuple[float, float]] = []
-    for i, (ts, dur, name, kind, _, _, _) in enumerate(got.device):
-        ids = stacks.get(i)
-        key = (kind, name, ids)
-        category = seen.get(key)
-        if category is None:
-            path = "/".join(names[m] for m in ids) if ids else ""
-            category = seen[key] = rules.categorise(kind, names[name], path)
-        categories[category] += dur
-        per_path[ids] += dur
-        entry = per_kernel[name]
-        entry[0] += 1
-        entry[1] += dur
-        if category == "communication":
-            comm.append(i)
-        else:
-            compute.append((ts, ts + dur))
+    for (_, name, ids), (count, us, category) in groups.items():
+        categories[category] += us
+        per_path[ids] += us
+        per_kernel[name][0] += count
+        per_kernel[name][1] += us
     intervals = [(ts, ts + d) for ts, d, *_ in got.device]
-    _split_communication(categories, [intervals[i] for i in comm], compute)
+    if comm:
+        skip = set(comm)
+        _split_communication(categories, [intervals[i] for i in comm],
+                             [iv for i, iv in enumerate(intervals) if i not in skip])
+    else:
+        _split_communication(categories, [], [])
+    merged = _merge(intervals)
     modules = module_totals((None if ids is None else tuple(names[m] for m in ids), us)
                             for ids, us in per_path.items())
     return {"device": "gpu", "kernel_us": math.fsum(d for _, d, *_ in got.device),
-            "busy_us": _union_length(intervals), "span_us": _span(intervals), "categories": categories,
-            "modules": modules, "launches": len(got.device), "top_kernels": _top(per_kernel, names),
-            "unattributed_us": per_path.get(None, 0.0),
+            "busy_us": sum(e - s for s, e in merged), "span_us": merged[-1][1] - merged[0][0] if merged else 0.0,
+            "categories": categories, "modules": modules, "launches": len(got.device),
+            "top_kernels": _top(per_kernel, names), "unattributed_us": per_path.get(None, 0.0),
             "collectives": kernel_collectives(got.device, comm, queries, got.comm_ops, names)}
 
 

@@ -74,7 +74,10 @@ def kernel_collectives(device: list[tuple[Any, ...]], comm: list[int], launches:
             unnamed.append(i)
         else:
             add(found, dur)
-    if unnamed:
+    if unnamed and not comm_ops:
+        for i in unnamed:
+            add(UNKNOWN, device[i][1])
+    elif unnamed:
         wanted = set(unnamed)
         enclosing = stacks_at(comm_ops, [q for q in launches if q[2] in wanted])
         for i in unnamed:

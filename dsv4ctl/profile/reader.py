@@ -15,7 +15,9 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
+import queue
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +27,7 @@ from ..errors import Dsv4Error
 
 CHUNK_BYTES = 1 << 20
 MAX_EVENT_BYTES = 4 << 20  # one event; Kineto's largest (a python_function with a long name) is a few KB
+PREFETCH_CHUNKS = 4  # chunks gunzipped ahead by a thread (zlib lets go of the GIL: the decode runs meanwhile)
 MAX_HEADER_BYTES = 16 << 20  # every top-level key but traceEvents together (deviceProperties of 8 GPUs: ~4 KB)
 FIRST_WINDOW = 1024  # bytes first tried for one value on the slow path (grown x4 until it holds the value)
 
@@ -56,6 +59,45 @@ def open_bytes(path: Path) -> Callable[[], bytes]:
         return data
 
     return read
+
+
+class _Prefetch:
+    """`read` run on a thread, PREFETCH_CHUNKS ahead of the caller (at most that many chunks held); its errors
+    are raised in the caller. `close()` stops the thread when the caller gives up early (a bad trace)."""
+
+    def __init__(self, read: Callable[[], bytes]) -> None:
+        self.chunks: queue.Queue[bytes | BaseException] = queue.Queue(PREFETCH_CHUNKS)
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._work, args=(read,), name="trace-gunzip", daemon=True)
+        self.thread.start()
+
+    def _work(self, read: Callable[[], bytes]) -> None:
+        while not self.closed.is_set():
+            try:
+                item: bytes | BaseException = read()
+            except BaseException as exc:  # handed to the caller, raised there
+                item = exc
+            while not self.closed.is_set():
+                try:
+                    self.chunks.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if not isinstance(item, bytes) or not item:
+                return
+
+    def __call__(self) -> bytes:
+        item = self.chunks.get()
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        if not item:
+            self.close()
+        return item
+
+    def close(self) -> None:
+        self.closed.set()
+        self.thread.join()
 
 
 def open_chunks(path: Path) -> Callable[[], str]:
@@ -204,9 +246,16 @@ def read_events(path: str | Path, on_batch: Callable[[list[Any]], None]) -> dict
 
 def _read(path: Path, sink: _Sink) -> dict[str, Any]:
     try:
-        buf = _Buffer(path, open_bytes(path))
+        source = _Prefetch(open_bytes(path))
     except OSError as exc:
         raise TraceError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        return _parse(path, _Buffer(path, source), sink)
+    finally:
+        source.close()
+
+
+def _parse(path: Path, buf: _Buffer, sink: _Sink) -> dict[str, Any]:
     header: dict[str, Any] = {}
     header_size = 0
     seen_events = False

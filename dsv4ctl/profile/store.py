@@ -1,5 +1,5 @@
 """A profile's rows in the store (migration m011_profiles): one `profiles` row per run, rank, window and rules
-hash, and its category, module and top-kernel figures in `profile_rows`. Old profiles stay: a breakdown under
+hash, and its category, module, top-kernel and collective figures in `profile_rows`. Old profiles stay: a breakdown under
 other rules is another row, never compared as an equal (diff refuses mixed hashes)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from ..store.values import now
 from .breakdown import Breakdown
 
-KINDS = ("category", "module", "kernel")
+KINDS = ("category", "module", "kernel", "collective")
 
 
 def save_profile(store, run_id: int, window: str, b: Breakdown) -> None:
@@ -24,6 +24,8 @@ def save_profile(store, run_id: int, window: str, b: Breakdown) -> None:
     rows += [{**key, "kind": "module", "name": n, "kernel_us": us, "count": None} for n, us in b.modules.items()]
     rows += [{**key, "kind": "kernel", "name": k["name"], "kernel_us": k["kernel_us"], "count": k["count"]}
              for k in b.top_kernels]
+    rows += [{**key, "kind": "collective", "name": n, "kernel_us": us, "count": int(c)}
+             for n, (c, us) in b.collectives.items()]
     with store.transaction():
         where = "run_id = ? AND rank = ? AND window = ? AND rules_hash = ?"
         params = [run_id, b.rank, window, b.rules_hash]
@@ -51,7 +53,8 @@ def load_profiles(store, run_id: int, rules_hash: str | None = None) -> list[Bre
                       events=h["events"] or 0, meta={**json.loads(h["meta_json"] or "{}"), "window": h["window"]},
                       categories={n: us for k, n, us, _ in rows if k == "category"},
                       modules={n: us for k, n, us, _ in rows if k == "module"},
-                      top_kernels=[{"name": n, "count": c, "kernel_us": us} for k, n, us, c in rows if k == "kernel"])
+                      top_kernels=[{"name": n, "count": c, "kernel_us": us} for k, n, us, c in rows if k == "kernel"],
+                      collectives={n: [c or 0, us] for k, n, us, c in rows if k == "collective"})
         found.append(b)
     return found
 

@@ -26,11 +26,28 @@ def profile_json(p: Profiled) -> dict[str, Any]:
         "modules": sorted(({"name": n, "kernel_us": round(us, 3), "share": round(us / total, 6)}
                            for (k, n), us in values.items() if k == "module"), key=lambda m: -m["kernel_us"]),
         "steps": first.steps, "launches_per_step": first.to_json()["launches_per_step"],
-        "top_kernels": first.top_kernels,
+        "top_kernels": first.top_kernels, "collectives": collective_totals(p.ranks),
         "rank_spread": {"kernel_us_min": round(min(kernel), 3), "kernel_us_max": round(max(kernel), 3),
                         "max_over_min": round(max(kernel) / min(kernel), 6) if min(kernel) else None},
         "per_rank": [b.to_json() for b in p.ranks],
     }
+
+
+def collective_totals(ranks: list[Breakdown]) -> list[dict[str, Any]]:
+    """Communication kernels by collective (all_reduce, all_gather, ...), the mean over ranks, largest first."""
+    totals: dict[str, list[float]] = {}
+    for b in ranks:
+        for name, (count, us) in b.collectives.items():
+            entry = totals.setdefault(name, [0, 0.0])
+            entry[0] += count
+            entry[1] += us
+    n = len(ranks) or 1
+    return [{"name": name, "count": round(count / n, 3), "kernel_us": round(us / n, 3)}
+            for name, (count, us) in sorted(totals.items(), key=lambda kv: -kv[1][1])]
+
+
+def collective_rows(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(c["name"], f"{c['count']:g}", f"{c['kernel_us']:,.1f}") for c in data.get("collectives") or []]
 
 
 def category_rows(data: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -304,6 +304,9 @@ def render_markdown(data: ReportData) -> str:
     from ..modes.serve.report import markdown_serving
 
     lines += markdown_serving(data.serving)
+    from .markdown import markdown_profiles
+
+    lines += markdown_profiles(data.profiles)  # issue 23
     return "\n".join(lines) + "\n"
 
 
