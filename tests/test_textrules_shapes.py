@@ -83,3 +83,19 @@ def test_code_and_frames_said_again_are_not_loops():
     short = "Yes. Yes. Yes. I agree with that plan entirely, it is a good one."
     for text in (code, frames, short):
         assert not any(p.startswith("a loop:") for p in text_problems(text, 16)), text
+
+
+def test_an_answer_collapsing_into_digits():
+    for answer in ("Sure! 1.1.1.1.1.1.1.1.1.1.1.1.1.1.1.1.1.1",
+                   "The result is 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 and then.",
+                   "If you want to!0,. The1.1.1\n0 2,1,1,1, and5.1.The1a1.... (0,1,1,0,1,0,1,2,0,4,0,0,0,1,1,8,1,1,1,0,1,0"):
+        assert any("collapsing into digits" in p for p in text_problems(answer, 8)), answer
+
+
+def test_digits_an_answer_means_are_not_a_collapse():
+    for answer in ("np.zeros(12) gives [0. 0. 0. 0. 0. 0. 0. 0. 0. 0. 0. 0.] as expected.",
+                   "The bits are 0 1 1 0 1 0 0 1 1 0 1 0 1 1 0 0 1 0 1 0 in that order.",
+                   "The digits of pi are 3.1 4 1 5 9 2 6 5 3 5 8 9 7 9 3, and so on.",
+                   "table = (0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0, 0, 12)  # closed on its line",
+                   "Version 1.0.0.0 and IP 10.0.0.1 are fine; 2024-01-01 00:00:00 too."):
+        assert not any("collapsing" in p for p in text_problems(answer, 8)), answer

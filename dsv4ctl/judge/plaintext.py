@@ -143,6 +143,7 @@ def _pieces(block: PlainBlock):
 
 _QUOTED = re.compile(r"\(?'(.{1,24}?)'")
 _SPECIAL_SAID = re.compile(r"special token \((.{1,40}?)\) said")
+_DIGITS_FROM = re.compile(r"collapsing into digits: '(.{1,16})")
 
 
 def _problem_line(lines: list[str], problem: str) -> int:
@@ -157,7 +158,7 @@ def _problem_line(lines: list[str], problem: str) -> int:
             return emoji_count(lines[i])[0] if "emoji" in problem else len(scripts_of(lines[i]))
 
         return max(range(len(lines)), key=lambda i: (weight(i), -i))
-    m = _SPECIAL_SAID.search(problem) or _QUOTED.search(problem)
+    m = _SPECIAL_SAID.search(problem) or _DIGITS_FROM.search(problem) or _QUOTED.search(problem)
     if m:
         needle = m.group(1)
         for i, text in enumerate(lines):

@@ -1,4 +1,4 @@
-"""Loops that do not run to the end of an answer (issue 21, pass 5), for `textrules`. Stdlib only.
+"""Loops and collapses that need not run to the end of an answer (issue 21, pass 5), for `textrules`. Stdlib only.
 
   block loop    one line, sentence or block of lines said >= 3 times in a row, over >= 60 characters holding
                 letters, anywhere in the answer: a loop that then ends differently (a last line of its own, a cut
@@ -6,6 +6,10 @@
   (the block must read as words: letters are >= half of it and code signs `_()[]{}=/;` <= 5%, so a table of
   code lines or a debugger's frames said again is not a loop.) Tried and left out: lines going round in circles
   (<= 40% different lines) flags 17 of 5852 chunks of real docs and code (node's API pages, asyncio).
+  digit collapse  >= 12 single digits strung together by separators only (`1.1.1.1`, `0 0 0 0`, `0,1,1,0,1,0,...`)
+                where one digit is >= 60% of them, or (>= 20 digits, >= 3 different) two digits >= 80%: the
+                answer falling apart into digits. A vector or array printed whole (`[0. 0. 0. ...]`, closed by its
+                bracket on its line) is spared, and so is code (> 3% code signs: lookup tables, reverse-DNS names).
 """
 
 from __future__ import annotations
@@ -58,3 +62,26 @@ def _words(block: list[str]) -> bool:
     letters = sum(ch.isalpha() for ch in visible)
     signs = sum(ch in _CODE_SIGNS for ch in visible)
     return bool(visible) and letters * 2 >= len(visible) and signs * 20 <= len(visible)
+
+
+_DIGIT_STRETCH = re.compile(r"(?<![\w.])\d(?:[ ,.;:]{1,3}\d(?![\d\w])){11,}")
+_CLOSERS = {"[": "]", "(": ")", "{": "}"}
+
+
+def digit_collapse(text: str) -> str | None:
+    """The first stretch of single digits the answer collapses into (quoted from its opening bracket), or None."""
+    sample = text[:16384]
+    visible = len(sample) - sample.count(" ") - sample.count("\n")
+    if sum(sample.count(ch) for ch in _CODE_SIGNS) * 100 > 3 * visible:
+        return None  # code: its tables and addresses are digits strung together by design
+    for m in _DIGIT_STRETCH.finditer(sample):
+        digits = [ch for ch in m.group(0) if ch.isdigit()]
+        counts = sorted((digits.count(d) for d in set(digits)), reverse=True)
+        n = len(digits)
+        collapsed = counts[0] * 5 >= 3 * n or (n >= 20 and len(counts) >= 3 and (counts[0] + counts[1]) * 5 >= 4 * n)
+        opener = sample[m.start() - 1:m.start()]
+        line_end = sample.find("\n", m.end())
+        closed = opener in _CLOSERS and _CLOSERS[opener] in sample[m.end():line_end if line_end >= 0 else None]
+        if collapsed and not closed:
+            return sample[m.start() - (opener in _CLOSERS):m.end()]
+    return None

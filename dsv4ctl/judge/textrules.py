@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from .textloops import block_loop
+from .textloops import block_loop, digit_collapse
 from .values import quoted
 
 BOS_TEXTS = ("<｜begin▁of▁sentence｜>", "<s>", "<|begin_of_text|>")
@@ -141,6 +141,9 @@ def _loop_inside(text: str) -> list[str]:
     if block is not None:
         unit, reps = block
         return [f"a loop: {quoted(unit[:40])} repeated {reps} times in a row"]
+    stretch = digit_collapse(text)
+    if stretch is not None:
+        return [f"collapsing into digits: {quoted(stretch[:40])}"]
     return []
 
 
