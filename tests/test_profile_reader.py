@@ -29,7 +29,8 @@ event = st.fixed_dictionaries(
               | odd_or_plain,
               "dur": st.floats(0, 1e6) | odd_or_plain, "pid": odd_or_plain, "tid": odd_or_plain,
               "args": st.fixed_dictionaries({}, optional={"correlation": odd_or_plain, "External id": odd_or_plain,
-                                                          "Collective name": odd_or_plain}) | odd_or_plain})
+                                                          "Collective name": odd_or_plain, "name": odd_or_plain})
+              | odd_or_plain})
 elements = st.lists(event | scalars, max_size=30)
 
 
@@ -58,7 +59,7 @@ def _same(a, b):
         return [x if not (isinstance(x, float) and math.isnan(x)) else "nan" for x in
                 (r.ph, r.cat, r.name, r.pid, r.tid, r.ts, r.dur)] + [None if r.args is None else
                                                                     (r.args.correlation, r.args.external,
-                                                                     r.args.collective)]
+                                                                     r.args.collective, r.args.label)]
     return [norm(r) for r in a] == [norm(r) for r in b]
 
 
@@ -81,7 +82,7 @@ def test_a_well_formed_trace_is_decoded_a_slice_at_a_time(tmp_path):
     got, batches, _ = _read(path, 64 << 10)
     assert len(got) == 20_000 and len(batches) < 100  # ~100 bytes an event: hundreds to a slice
     assert got[5] == Event(ph="X", cat="kernel", name="k5", pid=0, tid=7, ts=10.0, dur=1.5,
-                           args=Args(correlation=5, external=6, collective=None))
+                           args=Args(correlation=5, external=6, collective=None, label=None))
 
 
 def test_a_cut_inside_a_string_is_never_taken_for_an_event_boundary(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import gc
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ TOP_KERNELS = 10
 DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "gpu_memset": "gpu_memset",
                "Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "privateuse1_runtime"}
+GPU_SECTION = re.compile(r"^GPU\d+$")
 STEP_PREFIXES = ("ProfilerStep#", "execute_context_")  # torch's schedule; vLLM's per-step annotation
 
 
@@ -92,6 +94,7 @@ class _Collector:
         self.comm_ops: dict[Any, list[tuple[float, float, int]]] = defaultdict(list)  # collective ops by thread
         self.ops: list[tuple[Any, float, float, int]] = []  # thread, ts, dur, name
         self.steps: list[tuple[float, float]] = []
+        self.sections: dict[str, str] = {}  # pid -> the device kind of its events (rocprof v1 / hipprof JSON)
         self.kept = 0
         self.events = 0
 
@@ -114,11 +117,17 @@ class _Collector:
         names, device, launches, frames, modules, kept = (self.names, self.device, self.launches, self.frames,
                                                           self.modules, 0)
         for e in batch:
-            if e.ph != "X" or e.ts is None:
+            if e.ph != "X":
+                if e.ph == "M" and e.name == "process_name" and e.args is not None:
+                    self._section(e.pid, e.args.label)
+                continue
+            if e.ts is None:
                 continue
             ts, cat, a = e.ts, e.cat, e.args
             dur = e.dur if e.dur >= 0 else 0.0
             kind = DEVICE_CATS.get(cat)  # type: ignore[arg-type]
+            if kind is None and cat is None and self.sections:
+                kind = self.sections.get(str(e.pid))
             if kind is not None:
                 nid = names.get(e.name)
                 if nid is None:
@@ -157,6 +166,13 @@ class _Collector:
         if self.kept > MAX_KEPT:
             raise TraceError(f"{self.path}: more than {MAX_KEPT:,} kernels, launches, modules and ops: profile "
                              "fewer steps (profile.steps) or split the trace")
+
+    def _section(self, pid: Any, label: str | None) -> None:
+        """rocprof v1's and hipprof's JSON give no `cat`: a GPU's kernels are the events of the process labelled
+        `GPU<n>` (its barrier packets another, `GPU Barriers<n>`), the copies those of `COPY`."""
+        kind = "kernel" if label and GPU_SECTION.match(label) else "gpu_memcpy" if label == "COPY" else None
+        if kind is not None:
+            self.sections[str(pid)] = kind
 
     def _op(self, e: Event, ts: float, dur: float, a: Any) -> None:
         thread = (e.pid, e.tid)
@@ -198,6 +214,8 @@ def read_breakdown(path: str | Path, rules: RuleSet | None = None, rank: int | N
     meta = {k: header[k] for k in ("vllm_version", "with_stack", "host_name", "tool") if k in header}
     if "world_size" in info:
         meta["world_size"] = info["world_size"]
+    if got.sections and "tool" not in meta:
+        meta["tool"] = "rocprof v1 / hipprof json"
     return Breakdown(path=str(path), rank=rank, rules_hash=rules.digest, events=got.events, meta=meta,
                      steps=len(got.steps), **result)
 
@@ -222,7 +240,7 @@ def _device_breakdown(got: _Collector, rules: RuleSet) -> dict[str, Any]:
     # kernels of one name launched under one module stack: [count, kernel time, category], one category match each
     groups: dict[tuple[str, int, tuple[int, ...] | None], list[Any]] = {}
     comm: list[int] = []
-    for i, (_, dur, name, kind, *_) in enumerate(got.device):
+    for i, (_, dur, name, kind, _c, _e, _a) in enumerate(got.device):
         key = (kind, name, stacks_get(i))
         group = groups.get(key)
         if group is None:
@@ -241,7 +259,8 @@ def _device_breakdown(got: _Collector, rules: RuleSet) -> dict[str, Any]:
         per_path[ids] += us
         per_kernel[name][0] += count
         per_kernel[name][1] += us
-    intervals = [(ts, ts + d) for ts, d, *_ in got.device]
+    durations = [d for _, d, _n, _k, _c, _e, _a in got.device]
+    intervals = [(ts, ts + d) for ts, d, _n, _k, _c, _e, _a in got.device]
     if comm:
         skip = set(comm)
         _split_communication(categories, [intervals[i] for i in comm],
@@ -251,7 +270,7 @@ def _device_breakdown(got: _Collector, rules: RuleSet) -> dict[str, Any]:
     merged = _merge(intervals)
     modules = module_totals((None if ids is None else tuple(names[m] for m in ids), us)
                             for ids, us in per_path.items())
-    return {"device": "gpu", "kernel_us": math.fsum(d for _, d, *_ in got.device),
+    return {"device": "gpu", "kernel_us": math.fsum(durations),
             "busy_us": sum(e - s for s, e in merged), "span_us": merged[-1][1] - merged[0][0] if merged else 0.0,
             "categories": categories, "modules": modules, "launches": len(got.device),
             "top_kernels": _top(per_kernel, names), "unattributed_us": per_path.get(None, 0.0),

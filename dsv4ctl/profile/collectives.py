@@ -64,7 +64,7 @@ def kernel_collectives(device: list[tuple[Any, ...]], comm: list[int], launches:
         entry[1] += dur
 
     for i in comm:
-        _, dur, name, *_, arg = device[i]
+        _, dur, name, _k, _c, _e, arg = device[i]
         found = collective_of(names[arg]) if arg is not None else None
         if found is None:
             if name not in by_name:

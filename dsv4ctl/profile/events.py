@@ -1,7 +1,7 @@
 """The few fields of a trace event that a breakdown reads, and the two ways of decoding a run of events into them.
 
-`Event` holds ph, cat, name, pid, tid, ts, dur and three of the args (`correlation`, `External id`, `Collective
-name`); every other field is skipped. With msgspec installed (a dependency of dsv4ctl; measured in
+`Event` holds ph, cat, name, pid, tid, ts, dur and four of the args (`correlation`, `External id`, `Collective
+name`, and `name`, a process_name metadata event's label); every other field is skipped. With msgspec installed (a dependency of dsv4ctl; measured in
 docs/profiles.md: the typed decode skips unread fields in C, ~4x the standard library here) a slice of
 `traceEvents` is decoded straight into Events with strict types; a slice it refuses (a `ts` written as a string,
 a name that is a number, an element that is not an object) is decoded again by the standard library and each
@@ -27,6 +27,7 @@ if msgspec is not None:
         correlation: int | str | None = None
         external: int | str | None = msgspec.field(name="External id", default=None)
         collective: str | None = msgspec.field(name="Collective name", default=None)
+        label: str | None = msgspec.field(name="name", default=None)  # a process_name metadata event's
 
     class Event(msgspec.Struct, gc=False):
         ph: str | None = None
@@ -47,6 +48,7 @@ else:  # pragma: no cover
         correlation: Any = None
         external: Any = None
         collective: str | None = None
+        label: str | None = None
 
     @dataclass(slots=True)
     class Event:  # type: ignore[no-redef]
@@ -83,9 +85,10 @@ def record_of(e: Any) -> Event | None:
     a = e.get("args")
     args = None
     if isinstance(a, dict):
-        collective = a.get("Collective name")
+        collective, label = a.get("Collective name"), a.get("name")
         args = Args(correlation=_key(a.get("correlation")), external=_key(a.get("External id")),
-                    collective=collective if isinstance(collective, str) else None)
+                    collective=collective if isinstance(collective, str) else None,
+                    label=label if isinstance(label, str) else None)
     return Event(ph=ph if isinstance(ph, str) else None, cat=cat if isinstance(cat, str) else None,
                  name=name if isinstance(name, str) else str(name), pid=_key(e.get("pid")), tid=_key(e.get("tid")),
                  ts=ts, dur=dur, args=args)
