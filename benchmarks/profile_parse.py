@@ -115,21 +115,36 @@ HTA = ("import resource, sys, time, os, shutil, tempfile\nt = time.perf_counter(
        "print(time.perf_counter() - t, float(k), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
 
 
-def measure(label: str, python: str, code: str, path: Path, repeat: int = 1) -> dict:
-    """The best of `repeat` runs (its peak memory with it), each in a fresh process."""
-    best: dict | None = None
+def measure_once(label: str, python: str, code: str, path: Path) -> dict:
+    """One run in a fresh process: its seconds, kernel sum and peak memory (or why it failed)."""
+    done = subprocess.run([python, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    if done.returncode != 0:
+        return {"reader": label, "error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
+    seconds, kernel, rss, *rest = done.stdout.split()
+    return {"reader": label, "seconds": round(float(seconds), 2), "kernel_us": float(kernel),
+            "peak_mib": round(int(rss) / 1024), **({"backend": rest[0]} if rest else {})}
+
+
+def measure(readers: list[tuple[str, str, str]], path: Path, repeat: int) -> list[dict]:
+    """Each reader `repeat` times, in rounds (every reader once a round, so a busy spell of the machine falls on
+    all of them alike); per reader its best run, every run's seconds, and the median of those."""
+    runs: dict[str, list[dict]] = {label: [] for label, _, _ in readers}
     for _ in range(repeat):
-        done = subprocess.run([python, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT,
-                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
-        if done.returncode != 0:
-            return {"reader": label, "error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
-        seconds, kernel, rss, *rest = done.stdout.split()
-        row = {"reader": label, "seconds": round(float(seconds), 2), "kernel_us": float(kernel),
-               "peak_mib": round(int(rss) / 1024), **({"backend": rest[0]} if rest else {})}
-        if best is None or row["seconds"] < best["seconds"]:
-            best = row
-    assert best is not None
-    return {**best, "of": repeat}
+        for label, python, code in readers:
+            if not runs[label] or "error" not in runs[label][-1]:
+                runs[label].append(measure_once(label, python, code, path))
+    rows = []
+    for label, got in runs.items():
+        ok = [r for r in got if "error" not in r]
+        if not ok:
+            rows.append(got[-1])
+            continue
+        seconds = sorted(r["seconds"] for r in ok)
+        best = min(ok, key=lambda r: r["seconds"])
+        rows.append({**best, "of": len(ok), "runs_s": [r["seconds"] for r in ok],
+                     "median_s": seconds[len(seconds) // 2]})
+    return rows
 
 
 def main() -> None:
@@ -152,24 +167,31 @@ def main() -> None:
                           **json.loads(args.make.with_suffix(".sum.json").read_text())}))
         return
     own = json.loads(args.trace.with_suffix(".sum.json").read_text())
-    n = args.repeat
-    rows = [measure("dsv4ctl read_breakdown (msgspec slices)", sys.executable, DSV4, args.trace, n),
-            measure("dsv4ctl read_breakdown, standard library only", sys.executable, DSV4_STDLIB, args.trace, n)]
+    readers = [("dsv4ctl read_breakdown (msgspec slices)", sys.executable, DSV4),
+               ("dsv4ctl read_breakdown, standard library only", sys.executable, DSV4_STDLIB)]
     if not args.skip_json_load:
-        rows.append(measure("json.load + kernel sum", sys.executable, JSON_LOAD, args.trace, n))
+        readers.append(("json.load + kernel sum", sys.executable, JSON_LOAD))
     if args.ijson_venv:
-        rows.append(measure("ijson items + kernel sum", str(args.ijson_venv / "bin" / "python"), IJSON, args.trace, n))
+        readers.append(("ijson items + kernel sum", str(args.ijson_venv / "bin" / "python"), IJSON))
     if args.decoders_venv:
         python = str(args.decoders_venv / "bin" / "python")
-        for label, (setup, loop) in DECODERS.items():
-            rows.append(measure(f"slices: {label}", python, SLICES.replace("{setup}", setup).replace("{loop}", loop),
-                                args.trace, n))
+        readers += [(f"slices: {label}", python, SLICES.replace("{setup}", setup).replace("{loop}", loop))
+                    for label, (setup, loop) in DECODERS.items()]
     if args.hta_venv:
-        rows.append(measure("HTA TraceAnalysis", str(args.hta_venv / "bin" / "python"), HTA, args.trace, n))
+        readers.append(("HTA TraceAnalysis", str(args.hta_venv / "bin" / "python"), HTA))
+    rows = measure(readers, args.trace, args.repeat)
     for row in rows:
         if "kernel_us" in row:
             row["kernel_sum_error"] = abs(row["kernel_us"] - own["kernel_us"]) / own["kernel_us"]
         print(json.dumps(row))
+    by_label = {r["reader"]: r for r in rows}
+    ours, hta = by_label.get(readers[0][0], {}), by_label.get("HTA TraceAnalysis", {})
+    if "runs_s" in ours and "runs_s" in hta:  # the same round's runs saw the same machine
+        rounds = [round(h / d, 2) for d, h in zip(ours["runs_s"], hta["runs_s"])]
+        print(json.dumps({"hta_over_dsv4ctl": {"best": round(hta["seconds"] / ours["seconds"], 2),
+                                               "median": round(hta["median_s"] / ours["median_s"], 2),
+                                               "each_round": rounds},
+                          "peak_memory_ratio": round(ours["peak_mib"] / hta["peak_mib"], 3)}))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .categories import RuleSet, load_rules, module_class
 from .collectives import kernel_collectives, op_collective
-from .modules import module_totals, stacks_at
+from .modules import module_totals, stacks_at, stacks_by_thread
 from .reader import TraceError, read_events
 
 if TYPE_CHECKING:
@@ -220,23 +220,25 @@ def read_breakdown(path: str | Path, rules: RuleSet | None = None, rank: int | N
                      steps=len(got.steps), **result)
 
 
-def _launch_queries(got: _Collector) -> tuple[list[tuple[Any, float, int]], list[bool]]:
-    queries, found = [], []
+def _launch_points(got: _Collector) -> dict[Any, list[tuple[float, int]]]:
+    """Where each kernel was launched, by host thread: [(launch time, kernel index)] (kernels whose launch is not
+    found are left out: their correlation and External id match nothing)."""
+    by_thread: dict[Any, list[tuple[float, int]]] = defaultdict(list)
     launches, ext_ops = got.launches, got.ext_ops
     for i, (_, _, _, _, corr, ext, _) in enumerate(got.device):
         where = launches.get(corr) if corr is not None else None
         if where is None and ext is not None:
             where = ext_ops.get(ext)
-        found.append(where is not None)
         if where is not None:
-            queries.append((where[0], where[1], i))
-    return queries, found
+            by_thread[where[0]].append((where[1], i))
+    return by_thread
 
 
 def _device_breakdown(got: _Collector, rules: RuleSet) -> dict[str, Any]:
     names = list(got.names)
-    queries, _ = _launch_queries(got)
-    stacks_get = stacks_at(got.modules, queries).get
+    points = _launch_points(got)
+    queries = [(thread, ts, i) for thread, asked in points.items() for ts, i in asked] if got.comm_ops else []
+    stacks_get = stacks_by_thread(got.modules, points).get
     # kernels of one name launched under one module stack: [count, kernel time, category], one category match each
     groups: dict[tuple[str, int, tuple[int, ...] | None], list[Any]] = {}
     comm: list[int] = []

@@ -19,11 +19,18 @@ Interval = tuple[float, float, int]  # start, end, the module's class-name id
 def stacks_at(modules: dict[object, list[Interval]], queries: Iterable[tuple[object, float, int]]
               ) -> dict[int, tuple[int, ...]]:
     """For each query (thread, time, query id): the ids of the modules open at that time on that thread,
-    outermost first. One sweep per thread over intervals sorted by start (longest first at equal starts); the
-    stack's ids are reused from one query to the next while no frame opened or closed in between."""
+    outermost first."""
     by_thread: dict[object, list[tuple[float, int]]] = defaultdict(list)
     for thread, ts, qid in queries:
         by_thread[thread].append((ts, qid))
+    return stacks_by_thread(modules, by_thread)
+
+
+def stacks_by_thread(modules: dict[object, list[Interval]], by_thread: dict[object, list[tuple[float, int]]]
+                     ) -> dict[int, tuple[int, ...]]:
+    """stacks_at with the queries already grouped by thread, [(time, query id)] each. One sweep per thread over
+    intervals sorted by start (longest first at equal starts); the stack's ids are reused from one query to the
+    next while no frame opened or closed in between."""
     found: dict[int, tuple[int, ...]] = {}
     for thread, asked in by_thread.items():
         intervals = list(modules.get(thread, ()))
@@ -38,18 +45,24 @@ def stacks_at(modules: dict[object, list[Interval]], queries: Iterable[tuple[obj
         for ts, qid in asked:
             if i < n and intervals[i][0] <= ts:
                 current = None
-                while i < n and intervals[i][0] <= ts:
+                while i < n:
                     start, end, mid = intervals[i]
+                    if start > ts:
+                        break
                     while ends and ends[-1] <= start:
-                        ends.pop(), ids.pop(), least.pop()
-                    least.append(least[-1] if least and least[-1] < end else end)
+                        ends.pop()
+                        ids.pop()
+                        least.pop()
+                    least.append(end if not least or end < least[-1] else least[-1])
                     ends.append(end)
                     ids.append(mid)
                     i += 1
             if ends and ends[-1] < ts:
                 current = None
                 while ends and ends[-1] < ts:
-                    ends.pop(), ids.pop(), least.pop()
+                    ends.pop()
+                    ids.pop()
+                    least.pop()
             if not least or least[-1] >= ts:
                 if current is None:
                     current = tuple(ids)

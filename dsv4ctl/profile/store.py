@@ -1,6 +1,6 @@
-"""A profile's rows in the store (migration m011_profiles): one `profiles` row per run, rank, window and rules
-hash, and its category, module, top-kernel and collective figures in `profile_rows`. Old profiles stay: a breakdown under
-other rules is another row, never compared as an equal (diff refuses mixed hashes)."""
+"""A profile's rows in the store (migration m011_profiles): one `profiles` row per run, rank, window and
+rules hash, and its category, module, top-kernel and collective figures in `profile_rows`. Old profiles stay:
+a breakdown under other rules is another row, never compared as an equal (diff refuses mixed hashes)."""
 
 from __future__ import annotations
 
