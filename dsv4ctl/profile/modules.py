@@ -33,9 +33,10 @@ def stacks_by_thread(modules: dict[object, list[Interval]], by_thread: dict[obje
     next while no frame opened or closed in between."""
     found: dict[int, tuple[int, ...]] = {}
     for thread, asked in by_thread.items():
-        intervals = list(modules.get(thread, ()))
-        intervals.sort(key=itemgetter(1), reverse=True)  # two stable C sorts: by start, longest first
-        intervals.sort(key=itemgetter(0))
+        intervals = sorted(modules.get(thread, ()), key=itemgetter(0))
+        if len(set(map(itemgetter(0), intervals))) != len(intervals):  # equal starts: the longest first
+            intervals.sort(key=itemgetter(1), reverse=True)  # two stable C sorts: by start, longest first
+            intervals.sort(key=itemgetter(0))
         asked.sort()
         ends: list[float] = []  # the open frames' ends, ids, and the least end at or below each
         ids: list[int] = []
