@@ -18,7 +18,7 @@ Runs that failed the correctness gate never enter the series: a fast run with ba
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -89,8 +89,14 @@ class History:
         """Plain JSON: a number that is not finite (an unbounded interval, a ratio from 0) is null, never Infinity."""
         return _finite_or_null({
             "experiment": self.experiment, "metric": self.metric, "by": self.by,
-            "points": [{**asdict(p), "ci": list(p.ci) if all(map(math.isfinite, p.ci)) else None}
-                       for p in self.points], "steps": [asdict(s) for s in self.steps]})
+            "points": [{**_fields_of(p), "ci": list(p.ci) if all(map(math.isfinite, p.ci)) else None}
+                       for p in self.points], "steps": [_fields_of(s) for s in self.steps]})
+
+
+def _fields_of(value: Any) -> dict[str, Any]:
+    """asdict for a Point or Step (no dataclass inside them) without its deep copy of every run id: 0.2 s of a
+    report's 50-commit histories; _finite_or_null builds new lists anyway."""
+    return {f.name: getattr(value, f.name) for f in fields(value)}
 
 
 def _finite_or_null(value: Any) -> Any:
