@@ -99,3 +99,25 @@ def test_digits_an_answer_means_are_not_a_collapse():
                    "table = (0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0, 0, 12)  # closed on its line",
                    "Version 1.0.0.0 and IP 10.0.0.1 are fine; 2024-01-01 00:00:00 too."):
         assert not any("collapsing" in p for p in text_problems(answer, 8)), answer
+
+
+def test_function_words_with_nothing_between_them_are_word_salad():
+    salad = ("the the to and the that to the. to to the which the she the to that and the the to which is the and "
+             "to to to to to. to to to to which to to to would in to that and to to to. the to would. the she she")
+    assert any("function words" in p for p in text_problems(salad, 16))
+    prose = ("It is in the nature of all of us to want to be the one who is right, and to say so; but it is not "
+             "always the case that we are, and it may be that we are not at all, for all of this is what it is to be.")
+    assert not any("function words" in p for p in text_problems(prose, 16))
+
+
+def test_a_null_content_is_judged_by_its_reasoning():
+    import json
+
+    from dsv4ctl.judge.rules import judge
+    from dsv4ctl.judge.scan import parse_bytes
+
+    body = {"choices": [{"message": {"role": "assistant", "content": None, "reasoning_content": "%s"}}]}
+    line = json.dumps(body)
+    assert judge(parse_bytes((line % ("~" * 40) + "\n").encode())).status == "degenerate"
+    good = line % "The user asks what Git is; I should explain version control briefly."
+    assert judge(parse_bytes((good + "\n").encode())).status == "coherent"

@@ -34,6 +34,8 @@ NONFINITE_LOGPROB = re.compile(r"""(?:cumulative_logprob|logprob)["']?\s*[=:]\s*
 # OpenAI bodies: the assistant's message or a streamed delta, then its content; a completion choice's text.
 _JSON_ANSWER = re.compile(r'"(?:message|delta)"\s*:\s*\{[^{}]{0,300}?"content"\s*:\s*"(?P<s>(?:[^"\\]|\\.)*)(?P<end>")?'
                           r'|"choices"\s*:\s*\[\s*\{[^{}]{0,300}?"text"\s*:\s*"(?P<t>(?:[^"\\]|\\.)*)(?P<tend>")?')
+_JSON_REASONING = re.compile(r'"(?:message|delta)"\s*:\s*\{[^{}]{0,300}?"reasoning(?:_content)?"\s*:\s*"'
+                             r'(?P<s>(?:[^"\\]|\\.)*)')
 _SSE = re.compile(r"^data: ?(?P<body>\{.*)$")
 _IDS_LABEL = re.compile(r"(?<![\w.])(?:(?:output|generated|completion|response)[ _](?:token[ _])?(?:ids|tokens)|token[ _]ids)"
                         r"['\"]?\s*[=:]\s*"
@@ -102,6 +104,9 @@ def read_outputs(content: str) -> list[PrintedOutput]:
         for m in _JSON_ANSWER.finditer(content):
             body = m.group("s") if m.group("s") is not None else m.group("t")
             found.append(PrintedOutput(json_string(body)[:MAX_TEXT], None, _nonfinite(content)))
+        if not found and '"reasoning' in content:  # `"content": null` beside the reasoning: judge what was said
+            found = [PrintedOutput(json_string(m.group("s"))[:MAX_TEXT], None, _nonfinite(content))
+                     for m in _JSON_REASONING.finditer(content)]
         if found:
             return found
     m = _IDS_LABEL.search(content) if "ids" in content or "tokens" in content else None

@@ -9,7 +9,8 @@
   digit collapse  >= 12 single digits strung together by separators only (`1.1.1.1`, `0 0 0 0`, `0,1,1,0,1,0,...`)
                 where one digit is >= 60% of them, or (>= 20 digits, >= 3 different) two digits >= 80%: the
                 answer falling apart into digits. A vector or array printed whole (`[0. 0. 0. ...]`, closed by its
-                bracket on its line) is spared, and so is code (> 3% code signs: lookup tables, reverse-DNS names).
+                bracket on its line) is spared, and so is code (> 3% code signs: lookup tables, reverse-DNS names)
+                and a text of numbers (< 10% letters).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def digit_collapse(text: str) -> str | None:
     visible = len(sample) - sample.count(" ") - sample.count("\n")
     if sum(sample.count(ch) for ch in _CODE_SIGNS) * 100 > 3 * visible:
         return None  # code: its tables and addresses are digits strung together by design
+    if sum(ch.isalpha() for ch in sample) * 10 < visible:
+        return None  # a table of numbers, not words falling apart (a run to the end is textrules' own rule)
     for m in _DIGIT_STRETCH.finditer(sample):
         digits = [ch for ch in m.group(0) if ch.isdigit()]
         counts = sorted((digits.count(d) for d in set(digits)), reverse=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 
 from .textloops import block_loop, digit_collapse
 from .values import quoted
@@ -251,6 +252,10 @@ def _word_salad(text: str) -> str | None:
     prose = len(words) >= 6 * len(lines)  # not a list of names or `Key: value` lines, which have no function words
     if function < 0.05 and prose:
         return f"word salad: {len(words)} words with {function:.0%} function words"
+    if function >= 0.75 and len(words) >= 40 and prose:  # `the the to to which the she the to that ...`
+        top_two = sum(n for _, n in Counter(words).most_common(2)) / len(words)
+        if top_two >= 0.35:  # a few function words over and over, not a sentence made of many of them
+            return f"word salad: {len(words)} words, {function:.0%} of them function words"
     junk = [w for w in words if len(w) <= 2 and w not in SHORT_WORDS and w not in ("a", "i")]
     fragments = len(junk) / len(words)
     if len(words) >= 20 and fragments >= 0.18 and len(set(junk)) >= 6:
