@@ -203,41 +203,36 @@ def _fp16_pairs(w):
 
 
 @triton.jit
-def _a_groups(a_ptrs, rmask, BM: tl.constexpr, BK: tl.constexpr, NORM_A: tl.constexpr):
-    """DECODE 3's A operand for one K step: [G, BM, 32] float16 and (NORM_A) each (row, group)'s power of two
-    [G, BM] that the float16 values are to be multiplied by. NORM_A brings every 32 values of a row to a largest
-    magnitude in [1, 2) first (exact for bf16 values down to 2**-14 of their group's largest), so activations far
-    outside float16's range (tiny or huge bf16 values) keep their precision; without it A is converted as is."""
-    G: tl.constexpr = BK // 32
+def _a_group(a_ptrs, rmask, NORM_A: tl.constexpr):
+    """DECODE 3's A operand for one group of 32 K values: [BM, 32] float16 and (NORM_A) each row's power of two
+    [BM] that the float16 values are to be multiplied by. NORM_A brings the row's 32 values to a largest magnitude
+    in [1, 2) first (exact for bf16 values down to 2**-14 of the largest), so activations far outside float16's
+    range (tiny or huge bf16 values) keep their precision; without it A is converted as is."""
     a = tl.load(a_ptrs, mask=rmask[:, None], other=0.0).to(tl.float32)
-    a3 = tl.permute(tl.reshape(a, (BM, G, 32)), (1, 0, 2))
     if NORM_A:
-        biased = (tl.max(tl.abs(a3), axis=2).to(tl.int32, bitcast=True) >> 23) & 0xFF
+        biased = (tl.max(tl.abs(a), axis=1).to(tl.int32, bitcast=True) >> 23) & 0xFF
         e = tl.minimum(tl.maximum(biased, 1), 253)
         down = ((254 - e) << 23).to(tl.float32, bitcast=True)  # 2**(127 - e)
-        return (a3 * down[:, :, None]).to(tl.float16), (e << 23).to(tl.float32, bitcast=True)  # and 2**(e - 127)
-    return a3.to(tl.float16), tl.zeros((G, BM), dtype=tl.float32)
+        return (a * down[:, None]).to(tl.float16), (e << 23).to(tl.float32, bitcast=True)  # and 2**(e - 127)
+    return a.to(tl.float16), tl.zeros((a.shape[0],), dtype=tl.float32)
 
 
 @triton.jit
-def _group_dot(a3, a_pow, words, scale_bytes, acc, BN: tl.constexpr, BK: tl.constexpr, NORM_A: tl.constexpr,
-               DOT_F32: tl.constexpr):
-    """DECODE 3: acc [BM, BN] + sum over the K step's groups g of scale[n, g] * (A_g x codes_g^T), the codes as
-    float16 (value * 2**-14, _fp16_pairs) and the UE8M0 scale (and A's power of two) applied to each group's float32
-    product, not to each weight; the 2**14 is restored once, in the epilogue. words [BN, G, 4] uint32."""
-    G: tl.constexpr = BK // 32
+def _group_dot(a, a_pow, words, scale_byte, acc, BN: tl.constexpr, NORM_A: tl.constexpr, DOT_F32: tl.constexpr):
+    """DECODE 3, one group of 32 K values: acc [BM, BN] + scale[n] * (A x codes^T), the codes as float16 (value *
+    2**-14, _fp16_pairs) and the UE8M0 scale (and A's power of two) applied to the group's float32 product, not to
+    each weight; the 2**14 is restored once, in the epilogue. words [BN, 4] uint32, scale_byte [BN]."""
     t0, t1, t2, t3, t4, t5, t6, t7 = _fp16_pairs(words)
-    # [.., k, j, i] = nibble i + 2j + 4k: K order inside each 32-value group
+    # [n, word, k, j, i] = nibble i + 2j + 4k of the word: the group's K order
     w = tl.join(tl.join(tl.join(t0, t4), tl.join(t2, t6)), tl.join(tl.join(t1, t5), tl.join(t3, t7)))
-    w = tl.permute(tl.reshape(w, (BN, G, 32)), (1, 2, 0))  # [G, 32, BN]
+    w = tl.reshape(w, (BN, 32))
     if DOT_F32:
-        d = tl.dot(a3.to(tl.float32), w.to(tl.float32))
+        d = tl.dot(a.to(tl.float32), tl.trans(w.to(tl.float32)))
     else:
-        d = tl.dot(a3, w)
+        d = tl.dot(a, tl.trans(w))
     if NORM_A:
-        d = d * a_pow[:, :, None]
-    f = tl.permute(_scale_f32(scale_bytes), (1, 0))  # [G, BN]
-    return acc + tl.sum(d * f[:, None, :], axis=0)
+        d = d * a_pow[:, None]
+    return acc + d * _scale_f32(scale_byte)[None, :]
 
 
 @triton.jit
@@ -296,20 +291,23 @@ def _expert_gemm_kernel(a_ptr, w_ptr, s_ptr, out_ptr, rows_ptr, block_expert_ptr
             acc = _dot_tile(a_even, a_odd, w_cur, s_cur, acc, BN, BK, JOIN, SWAP, DECODE, DOT_F32)
             if SWIGLU:
                 acc_up = _dot_tile(a_even, a_odd, u_cur, t_cur, acc_up, BN, BK, JOIN, SWAP, DECODE, DOT_F32)
-    elif DECODE == 3:  # the packed rows read as uint32 words, [BN, G, 4] a step; A as [G, BM, 32] float16
+    elif DECODE == 3:  # per 32-value group: the packed rows as uint32 words [BN, 4], A as [BM, 32] float16
         wrow = (w_ptr + expert.to(tl.int64) * stride_we + n.to(tl.int64) * stride_wn).to(tl.pointer_type(tl.uint32))
-        word_ptrs = wrow[:, None, None] + tl.arange(0, G)[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]
+        word_ptrs = wrow[:, None] + tl.arange(0, 4)[None, :]
+        srow = s_ptr + expert.to(tl.int64) * stride_se + n.to(tl.int64) * stride_sn
         up_words = up_w // 4
-        a_ptrs3 = a_ptr + arow[:, None] * stride_a + tl.arange(0, BK)[None, :]
+        a_ptrs3 = a_ptr + arow[:, None] * stride_a + tl.arange(0, 32)[None, :]
         for k0 in range(0, K, BK):
-            a3, a_pow = _a_groups(a_ptrs3 + k0, rmask, BM, BK, NORM_A)
-            words = tl.load(word_ptrs + k0 // 8, mask=nmask[:, None, None], other=0)
-            scales = tl.load(s_ptrs + k0 // 32, mask=nmask[:, None], other=127)
-            acc = _group_dot(a3, a_pow, words, scales, acc, BN, BK, NORM_A, DOT_F32)
-            if SWIGLU:
-                words = tl.load(word_ptrs + (k0 // 8 + up_words), mask=nmask[:, None, None], other=0)
-                scales = tl.load(s_ptrs + (k0 // 32 + up_s), mask=nmask[:, None], other=127)
-                acc_up = _group_dot(a3, a_pow, words, scales, acc_up, BN, BK, NORM_A, DOT_F32)
+            for g in tl.static_range(G):
+                kg = k0 + 32 * g
+                a, a_pow = _a_group(a_ptrs3 + kg, rmask, NORM_A)
+                words = tl.load(word_ptrs + kg // 8, mask=nmask[:, None], other=0)
+                scale = tl.load(srow + kg // 32, mask=nmask, other=127)
+                acc = _group_dot(a, a_pow, words, scale, acc, BN, NORM_A, DOT_F32)
+                if SWIGLU:
+                    words = tl.load(word_ptrs + (kg // 8 + up_words), mask=nmask[:, None], other=0)
+                    scale = tl.load(srow + (kg // 32 + up_s), mask=nmask, other=127)
+                    acc_up = _group_dot(a, a_pow, words, scale, acc_up, BN, NORM_A, DOT_F32)
         acc = acc * 16384.0  # the 2**14 the float16 codes left out
         acc_up = acc_up * 16384.0
     else:
