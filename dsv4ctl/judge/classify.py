@@ -32,7 +32,10 @@ SPECIFICITY = ("device", "oom", "compile", "config", "python", "collective", "si
 # runtime's 507xxx result codes, `EZ9999: Inner Error!`-style error codes).
 _ASCEND = (r"aicore (?:exception|error|execution)|exception of \w+ aicore error|aicpu (?:exception|execution)"
            r"|[Vv]ector core execution timed out|\bE[A-Z]\d{4}: (?:Inner Error|\[PID)|PTA call acl api failed"
-           r"|NPU function error|runtime result = 5\d{5}|error code is 5\d{5}|\brt\w+ failed: 5\d{5}")
+           r"|NPU function error|runtime result = 5\d{5}|error code is 5\d{5}|\brt\w+ failed: 5\d{5}"
+           # the runtime's error codes at a line's start (`EJ0001: ... Failed to initialize the HCCP process`), its
+           # task-exception report (`ReportExceptProc:Task exception! ... retCode=0x91`)
+           r"|^E[A-Z]\d{4}: \S|ReportExceptProc|Task exception! device_id|the model stream execute failed")
 _XID = r"NVRM: Xid|\bXid \(PCI:|GPU has fallen off the bus"
 # Tenstorrent's tt-metal runtime asserts (`TT_THROW: ...`, `TT_FATAL`, records citing its assert.hpp).
 _TT = r"\bTT_(?:THROW|FATAL)\b|\(assert\.hpp:\d+\)"
@@ -43,7 +46,10 @@ EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("oom", re.compile(
         r"OutOfMemoryError|out of memory|No available memory for the cache blocks|KV cache is needed, which is "
         r"larger than the available KV cache memory|larger than the maximum number of tokens that can be stored in"
-        r" KV cache|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|Insufficient memory|not enough memory", re.I)),
+        r" KV cache|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|Insufficient memory|not enough memory"
+        # Vulkan's and Metal's words (llama.cpp's ggml backends)
+        r"|ErrorOutOf(?:Device|Host|Pool)Memory|Device memory allocation of size \d+ failed"
+        r"|CallbackErrorOutOfMemory", re.I)),
     ("collective", re.compile(
         r"NCCL|RCCL|ProcessGroupNCCL|ProcessGroupGloo|\bgloo\b|collective operation timeout|DistBackendError"
         r"|DistNetworkError|DistStoreError|c10d|TCPStore|Connection closed by peer|Connection reset by peer"
@@ -134,6 +140,7 @@ WRAPPERS = re.compile(
     r"|^SystemExit|^KeyboardInterrupt|BrokenProcessPool|Call to collective_rpc method failed"
     r"|failed with exit code|Subprocess .* (?:failed|died)|Engine background task failed"
     r"|Future exception was never retrieved|Exception in callback|Task exception was never retrieved"
+    r"|The Inner error is reported as above"  # Ascend's PyTorch adapter: the E-code lines hold the error
     # Timeouts of a process waiting on another: the echo of a hang or a death elsewhere.
     r"|RPC call to \w+ timed out|^asyncio\.(?:exceptions\.)?TimeoutError$")
 
