@@ -94,6 +94,7 @@ class _Collector:
         self.comm_ops: dict[Any, list[tuple[float, float, int]]] = defaultdict(list)  # collective ops by thread
         self.ops: list[tuple[Any, float, float, int]] = []  # thread, ts, dur, name
         self.steps: list[tuple[float, float]] = []
+        self.threads: dict[tuple[Any, Any], tuple[Any, Any]] = {}  # (pid, tid) -> the one tuple kept for it
         self.sections: dict[str, str] = {}  # pid -> the device kind of its events (rocprof v1 / hipprof JSON)
         self.kept = 0
         self.events = 0
@@ -114,8 +115,8 @@ class _Collector:
 
     def __call__(self, batch: list[Event]) -> None:
         self.events += len(batch)
-        names, device, launches, frames, modules, kept = (self.names, self.device, self.launches, self.frames,
-                                                          self.modules, 0)
+        names, device, launches, frames, modules, threads, kept = (
+            self.names, self.device, self.launches, self.frames, self.modules, self.threads, 0)
         for e in batch:
             if e.ph != "X":
                 if e.ph == "M" and e.name == "process_name" and e.args is not None:
@@ -140,7 +141,8 @@ class _Collector:
             elif cat in LAUNCH_CATS:
                 if a is None or a.correlation is None:
                     continue
-                launches[a.correlation] = ((e.pid, e.tid), ts)
+                thread = (e.pid, e.tid)
+                launches[a.correlation] = (threads.setdefault(thread, thread), ts)  # one tuple per thread kept
             elif cat == "python_function":
                 name = e.name
                 if not name.startswith("nn.Module: "):
@@ -176,6 +178,7 @@ class _Collector:
 
     def _op(self, e: Event, ts: float, dur: float, a: Any) -> None:
         thread = (e.pid, e.tid)
+        thread = self.threads.setdefault(thread, thread)
         nid = self.name_id(e.name)
         if not self.device:  # the CPU ops' self times are the work items only of a trace without device events
             self.ops.append((thread, ts, dur, nid))
