@@ -1,9 +1,10 @@
 """Triton kernels of the W4A16 MXFP4 MoE (`moe_w4a16.mxfp4_moe` launches them; that module says what they compute).
 
-Everything is integer arithmetic plus float32/bf16 multiplies: no FP4 or FP8 dtype, no `tl.dot_scaled` (which a gfx936
-Triton cannot lower), so the kernels also run in Triton's CPU interpreter. In the interpreter bf16 arithmetic and
-bf16 dots are not trustworthy (Triton 3.9 gives wrong dots and truncating casts), so `DOT_F32` keeps the operands in
-float32 there, and every bf16 output is rounded to nearest-even by hand (`_bf16_bits`) on both paths.
+Everything is integer arithmetic plus float32/bf16 (DECODE 3: float16) multiplies: no FP4 or FP8 dtype, no
+`tl.dot_scaled` (which a gfx936 Triton cannot lower), so the kernels also run in Triton's CPU interpreter. In the
+interpreter bf16 arithmetic and bf16 dots are not trustworthy (Triton 3.9 gives wrong dots and truncating casts), so
+`DOT_F32` keeps the operands in float32 there, and every bf16 output is rounded to nearest-even by hand
+(`_bf16_bits`) on both paths.
 """
 
 from __future__ import annotations
