@@ -3,7 +3,7 @@
 `Event` holds ph, cat, name, pid, tid, ts, dur and four of the args (`correlation`, `External id`, `Collective
 name`, and `name`, a process_name metadata event's label); every other field is skipped. With msgspec installed
 (a dependency of dsv4ctl; measured in docs/profiles.md: the typed decode skips unread fields in C, and a whole
-breakdown is 3.6x faster than with the standard library) a slice of `traceEvents` is decoded straight into Events
+breakdown is ~3x faster than with the standard library) a slice of `traceEvents` is decoded straight into Events
 with strict types; a slice it refuses (a `ts` written as a string, a name that is a number, an element that is
 not an object) is decoded again by the standard library and each event converted by `record_of`, which is as
 lenient as the reader always was. Without msgspec the standard library does every slice that way. Either way an
