@@ -160,3 +160,20 @@ def test_module_stack_sweep_equals_brute_force(frames, times):
     for _, ts, qid in queries:
         open_ = sorted((f for f in modules["t"] if f[0] <= ts <= f[1]), key=lambda f: (f[0], -f[1]))
         assert got[qid] == tuple(f[2] for f in open_)
+
+
+def test_a_real_h200_trace_is_read_whole_and_every_kernel_joined_to_its_launch():
+    """tests/fixtures/profiles/h200/ (another helper's capture, see its README): a real torch.profiler trace of
+    three H200 decode calls, six Triton kernels launched by cuLaunchKernelEx (cat cuda_driver), no with_stack.
+    The kernel sum is the trace's own (json.load's), each kernel's launch is found by correlation, and with no
+    nn.Module frames the time is outside every module, not unattributed."""
+    from .conftest import FIXTURES
+
+    path = FIXTURES / "profiles" / "h200" / "sparse-decode.pt.trace.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    b = read_breakdown(path)
+    assert b.device == "gpu" and b.launches == len(kernels) == 6
+    assert b.kernel_us == pytest.approx(math.fsum(float(e["dur"]) for e in kernels), abs=1e-9)
+    assert b.unattributed_us == 0.0 and b.modules == {"(no module)": pytest.approx(b.kernel_us)}
+    assert {k["name"] for k in b.top_kernels} == {"_partial_kernel", "_combine_kernel"}
