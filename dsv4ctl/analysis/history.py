@@ -277,17 +277,18 @@ def _newest_first(store: Any, experiment: str, metric: str, up_to_run: int) -> A
     from ..store.queries import experiment_ids
 
     ids = experiment_ids(store, experiment)
+    hashes = {eid: store.db.execute("SELECT spec_hash FROM experiments WHERE id = ?", [eid]).fetchone()[0]
+              for eid in ids}  # one per experiment row: not joined into every run's row
     cursor = up_to_run + 1
     while True:
         page: list[tuple] = []
         for eid in ids:
-            page += store.db.execute(
-                "SELECT r.id, r.label, m.value, r.git_sha, r.vllm_version, e.spec_hash, "
+            page += [(*row, hashes[eid], when) for *row, when in store.db.execute(
+                "SELECT r.id, r.label, m.value, r.git_sha, r.vllm_version, "
                 "coalesce(r.ended_at, r.submitted_at, v.judged_at) FROM runs r "
-                "JOIN experiments e ON e.id = r.experiment_id JOIN verdicts v ON v.run_id = r.id "
-                "JOIN metrics m ON m.run_id = r.id AND m.name = ? "
+                "JOIN verdicts v ON v.run_id = r.id JOIN metrics m ON m.run_id = r.id AND m.name = ? "
                 "WHERE r.experiment_id = ? AND v.passed = 1 AND r.id < ? ORDER BY r.id DESC LIMIT ?",
-                [metric, eid, cursor, _PAGE]).fetchall()
+                [metric, eid, cursor, _PAGE]).fetchall()]
         page = sorted(page, reverse=True)[:_PAGE]  # the newest of every experiment row's newest
         yield from page
         if len(page) < _PAGE:
