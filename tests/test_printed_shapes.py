@@ -63,3 +63,13 @@ def test_a_label_is_not_read_in_a_log_with_the_probes_markers():
 def test_a_degenerate_plain_block_wins_over_a_fluent_label():
     v = verdict_of("Response: Here is the story you asked for.\nAnd fear fear fear fear fear fear fear fear fear fear\n")
     assert v.status == "degenerate"
+
+
+def test_rows_of_numbers_with_a_nan_column_are_nonfinite_and_a_few_are_not():
+    rows = "".join(f"ref: -{i}.5{i}1 fused: nan eager: -{i}.5{i}1 tok={'x' * i}\n" for i in range(1, 7))
+    v = verdict_of(rows)
+    assert v.status == "nonfinite" and v.first_blocker.line == 1
+    bench = "Mean TTFT (ms): 12.50\nMean TPOT (ms): nan\nMedian TPOT (ms): nan\nP99 ITL (ms): 3.25\n"
+    assert verdict_of(bench).status != "nonfinite"
+    assert [e.kind for e in parse_bytes(rows.encode()).nonfinite] == ["printed_nan"]
+    assert parse_bytes((rows + "PY_EXIT=0\n").encode()).nonfinite == []  # the probe's own log: its rules judge it

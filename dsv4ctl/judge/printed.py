@@ -9,6 +9,9 @@
                   `Assistant: ...`, under a logger's head too; kept aside and used only when the log holds no probe
                   marker and no output in another shape (see `LabelledLines`)
 
+  NaN rows       >= 5 rows of printed numbers in a row, each with >= 2 finite decimals and a `nan` value (a
+                  log-prob comparison whose one column is NaN), in a log with no probe marker: `nonfinite`
+
 One-line shapes are `outputs.read_outputs`; this module holds the state the multi-line ones need.
 """
 
@@ -110,6 +113,39 @@ class LabelledLines:
             return False
         self.found.append((line_no, text[:MAX_TEXT]))
         return True
+
+
+_DECIMAL = re.compile(r"(?<![\w.])-?\d+\.\d+(?![\w.])")
+_NAN_VALUE = re.compile(r"(?:[:=]\s*|\s)(?:nan|NaN)(?![\w.])")
+NAN_ROWS = 5
+
+
+class NanRows:
+    """Consecutive rows of printed numbers holding a `nan` value: (first line, its text, rows) of the longest run."""
+
+    def __init__(self) -> None:
+        self.best: tuple[int, str, int] | None = None
+        self._run: tuple[int, str, int] | None = None
+        self._last = 0
+
+    def add(self, line_no: int, content: str) -> None:
+        row = "nan" in content.lower() and _NAN_VALUE.search(content) and len(_DECIMAL.findall(content)) >= 2
+        if not row:
+            return
+        if self._run is not None and line_no == self._last + 1:
+            self._run = (self._run[0], self._run[1], self._run[2] + 1)
+        else:
+            self._run = (line_no, content.strip()[:300], 1)
+        self._last = line_no
+        if self.best is None or self._run[2] > self.best[2]:
+            self.best = self._run
+
+
+def nan_rows(facts, rows: NanRows) -> tuple[int, str, int] | None:
+    """The run of NaN rows to report as non-finite numbers, in a log with no probe marker, else None."""
+    if rows.best is None or rows.best[2] < NAN_ROWS or facts.py_exit is not None or facts.job_fields:
+        return None
+    return rows.best
 
 
 def labelled_outputs(facts, labelled: LabelledLines) -> list[tuple[int, str]]:

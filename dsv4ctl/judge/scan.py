@@ -63,6 +63,7 @@ class LogParser(RecordHandlers):
         self._plain = plaintext.PlainBlocks()  # bare lines of a short paste: an answer pasted as plain text?
         self._printed_lines = printed.PrintedLines()  # pretty JSON bodies, id lists cut over lines
         self._labelled = printed.LabelledLines()  # `Response: ...` lines of a short paste
+        self._nan_rows = printed.NanRows()  # rows of printed numbers with a NaN column
         self._bare = False  # the line just dispatched matched nothing
         self.fast_count = False  # count newlines with numpy (set for big inputs, where its import pays off)
 
@@ -117,6 +118,9 @@ class LogParser(RecordHandlers):
         self._end_stream()
         self._finish_request()
         self._printed_many(self._printed_lines.close())
+        run = printed.nan_rows(self.facts, self._nan_rows)
+        if run is not None:
+            self.facts.nonfinite.append(Event(run[0], "printed_nan", f"{run[2]} rows with NaN: {run[1]}"))
         self._plain.end()
         self._plain_answer()
         # Captures finish out of order when ranks interleave: keep records in log order.
@@ -233,6 +237,8 @@ class LogParser(RecordHandlers):
                     self._plain.end()
                     continue
             self._bare = False
+            if line_no <= READ_ALL_LINES and "nan" in frame and not self._engine_ready:
+                self._nan_rows.add(line_no, frame)  # the whole row: a prefix learned from its numbers is no head
             self._dispatch(line_no, heads, buf, start)
             if (self._bare and heads.content == outer and line_no <= READ_ALL_LINES and not self._engine_ready
                     and not plaintext.PROGRESS.search(outer)):
