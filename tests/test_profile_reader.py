@@ -177,3 +177,28 @@ def test_a_real_h200_trace_is_read_whole_and_every_kernel_joined_to_its_launch()
     assert b.kernel_us == pytest.approx(math.fsum(float(e["dur"]) for e in kernels), abs=1e-9)
     assert b.unattributed_us == 0.0 and b.modules == {"(no module)": pytest.approx(b.kernel_us)}
     assert {k["name"] for k in b.top_kernels} == {"_partial_kernel", "_combine_kernel"}
+
+
+def test_a_real_h200_trace_of_a_deepseek_v4_shaped_model_tells_the_shared_expert_by_module():
+    """tests/fixtures/profiles/h200/deepseek-v4-shaped.pt.trace.json.gz (benchmarks/profile_model_trace.py on the
+    H200, see the README beside it): three eager decode steps of a small model with vLLM's DeepSeek V4 module
+    names, with_stack. The shared expert's GEMMs are the same nvjet kernels as every other GEMM: only the
+    nn.Module stack tells them apart, so moe_shared is exactly the time launched under DeepseekV4MLP, moe_routed
+    is what was launched under FusedMoE but its copies and fills, and the kernel sum is the trace's own."""
+    from .conftest import FIXTURES
+
+    path = FIXTURES / "profiles" / "h200" / "deepseek-v4-shaped.pt.trace.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    work = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    b = read_breakdown(path)
+    assert b.device == "gpu" and b.launches == len(work) > 500  # device work: kernels, copies and fills
+    assert b.kernel_us == pytest.approx(math.fsum(float(e["dur"]) for e in work), abs=1e-6)  # torch: 2.648 ms
+    assert b.unattributed_us == 0.0
+    assert b.categories["moe_shared"] == pytest.approx(b.modules["DeepseekV4MLP"], abs=1e-6)
+    assert b.modules["DeepseekV4MLP"] > 0
+    # everything FusedMoE launched but its copies and fills (memcpy comes first in the rules)
+    assert b.modules["FusedMoE"] - b.categories["memcpy"] <= b.categories["moe_routed"] <= b.modules["FusedMoE"]
+    assert b.categories["moe_routed"] > 10 * b.categories["moe_shared"]
+    assert b.categories["attention"] > 0 and b.categories["gemm"] > 0
+    assert b.modules["DeepseekV4ForCausalLM"] <= b.kernel_us
+    assert set(b.modules) >= {"DeepseekV4DecoderLayer", "DeepseekV4MLAAttention", "DeepseekV4MoE", "RMSNorm"}
