@@ -3,6 +3,7 @@ decoded, and the lock beside the database that lets one process at a time run it
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,8 +25,6 @@ def load_record(store: Store, table: str, record_id: int, json_columns: tuple[st
     names = [d[0] for d in store.db.execute(f"SELECT * FROM {table} LIMIT 0").description]
     data = dict(zip(names, row))
     for key in json_columns:
-        import json
-
         data[key.removesuffix("_json")] = json.loads(data.pop(key)) if data.get(key) else None
     return data
 
