@@ -289,14 +289,19 @@ def test_resume_says_why_and_clears_the_last_jobs_detail(tmp_path):
     try:
         store = open_store(db)
         row = store.find_run("latest")
-        assert run("cancel", row.label, "--db", db).returncode == 0
-        # as a poll records a cancel before the job is judged (sacct settling): CANCELLED, detail, no verdict
+        # cancelled outside dsv4ctl (as `scancel` would: no poll, so no verdict), then recorded as a poll records
+        # a cancel before the job is judged (sacct settling): CANCELLED, detail, no verdict. (`dsv4ctl cancel`
+        # waits for the scheduler and may judge the run, which `resume` then rightly leaves as it is.)
+        from dsv4ctl.campaign.inflight import cancel_rows
+
+        assert cancel_rows([row]) == []
         store.update_run(row.id, state="CANCELLED", state_detail="by 0", exit_code=0, signal=15)
         resumed = run("resume", "latest", "--db", db)
         assert resumed.returncode == 0, resumed.stderr
         assert f"resubmitting run {row.id} ({row.label}): job {row.job_id} ended CANCELLED (by 0) before it was " \
                "judged (a cancel is undone by this resubmission)" in resumed.stdout, resumed.stdout
         assert "campaign res:" in resumed.stdout and "campaign latest" not in resumed.stdout
+        assert store.verdict(row.id) is None
         fresh = open_store(db).find_run(str(row.id))
         assert fresh.job_id != row.job_id and fresh.state_detail is None and fresh.exit_code is None
     finally:
