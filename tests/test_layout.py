@@ -182,3 +182,19 @@ def test_every_dsv4ctl_module_the_job_side_imports_exists():
             missing += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
                         if n and n.split(".")[0] == "dsv4ctl" and n not in known]
     assert missing == []
+
+
+def test_the_registry_and_the_spec_default_to_the_same_mode_and_judging_a_log_loads_no_spec_models():
+    """modes/registry.py keeps its own DEFAULT_MODE so that `verdict --log` does not import pydantic's spec models."""
+    import subprocess
+    import sys
+
+    from dsv4ctl.modes.registry import DEFAULT_MODE as REGISTRY_DEFAULT
+    from dsv4ctl.spec.models import DEFAULT_MODE as SPEC_DEFAULT
+
+    assert REGISTRY_DEFAULT == SPEC_DEFAULT
+    code = ("import sys; from dsv4ctl.modes.registry import judge_log; "
+            f"judge_log({str(ROOT / 'tests' / 'fixtures' / 'logs' / 'J17.log')!r}); "
+            "print('dsv4ctl.spec.models' in sys.modules, 'pydantic' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"], done.stdout

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LogError, UsageError
-from ..spec.models import DEFAULT_MODE
 from .align.mode import MODE as ALIGN
 from .base import Mode
 from .offline.mode import MODE as OFFLINE
@@ -28,6 +27,9 @@ if TYPE_CHECKING:
 
 REGISTRY: dict[str, Mode] = {mode.name: mode for mode in (OFFLINE, SERVE, ALIGN)}
 MODES = tuple(REGISTRY)
+# The mode of a log or snapshot that names none: spec/models.py's DEFAULT_MODE, the same name (tests/test_layout.py
+# checks). Not imported from there: judging a log must not load the spec's pydantic models (~0.1 s of start-up).
+DEFAULT_MODE = OFFLINE.name
 
 
 def mode_of(name: str | None) -> Mode:
