@@ -101,6 +101,27 @@ def test_digits_an_answer_means_are_not_a_collapse():
         assert not any("collapsing" in p for p in text_problems(answer, 8)), answer
 
 
+def test_digits_the_answer_goes_on_to_explain_and_lists_of_values_are_not_a_collapse():
+    """Stress texts written here (issue 21, pass 6): the collapse rule fired on digits a fluent sentence goes on
+    from, and on one-decimal scores."""
+    for answer in ("The dice rolls were 6, 6, 6, 1, 6, 6, 2, 6, 6, 6, 6, 3 and six came up most often.",
+                   "Row by row: 5 3 0 0 7 0 0 0 0 6 0 0 1 9 5 0 0 0, where 0 marks an empty cell.",
+                   "The first terms: 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, and the sum is twelve.",
+                   "Scores per epoch: 0.8 0.9 0.9 0.9 0.8 0.9 0.9 0.9 0.9 0.9 0.9 0.9. It converged early."):
+        assert not any("collapsing" in p for p in text_problems(answer, 8)), answer
+    # ...but digits the answer does not recover from still are: two words after, or more digits
+    for answer in ("The result is 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 and then.",
+                   "Sure: 1.1.1.1.1.1.1.1.1.1.1.1.1 1 the 1.1.1.1"):
+        assert any("collapsing" in p for p in text_problems(answer, 8)), answer
+
+
+def test_a_program_output_quoted_in_a_fence_is_not_a_loop_but_an_unclosed_fence_looping_is():
+    output = "Run it and you get:\n```\n" + "worker 0 finished its share of the batch\n" * 4 + "```\nThat is all."
+    assert not any(p.startswith("a loop") for p in text_problems(output, 16))
+    looping = "Here you go:\n```\n" + "the model keeps saying this same line\n" * 5 + "the model keeps"
+    assert any(p.startswith("a loop") for p in text_problems(looping, 16))
+
+
 def test_function_words_with_nothing_between_them_are_word_salad():
     salad = ("the the to and the that to the. to to the which the she the to that and the the to which is the and "
              "to to to to to. to to to to which to to to would in to that and to to to. the to would. the she she")

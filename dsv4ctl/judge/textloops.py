@@ -10,7 +10,10 @@
                 where one digit is >= 60% of them, or (>= 20 digits, >= 3 different) two digits >= 80%: the
                 answer falling apart into digits. A vector or array printed whole (`[0. 0. 0. ...]`, closed by its
                 bracket on its line) is spared, and so is code (> 3% code signs: lookup tables, reverse-DNS names)
-                and a text of numbers (< 10% letters).
+                and a text of numbers (< 10% letters); so are a list of one-decimal values (`0.8 0.9 0.9 ...`:
+                scores, probabilities) and a stretch after which the sentence goes on in >= 3 words (`6, 6, 1, 6,
+                ... and six came up most`: dice rolls, a sudoku row, a bit string the answer then explains).
+                Found on stress texts written here (tests/test_textrules_shapes.py), not on the held-out set.
 """
 
 from __future__ import annotations
@@ -25,8 +28,12 @@ _CODE_SIGNS = frozenset("_()[]{}=/;<>|\\`$#")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
 
 
+_FENCED = re.compile(r"(?ms)^[ \t]*(```|~~~)[^\n]*\n.*?^[ \t]*\1[ \t]*$")
+
+
 def block_loop(text: str) -> tuple[str, int] | None:
     """(the repeated block, how many times) of the longest block said >= 3 times in a row, or None."""
+    text = _FENCED.sub("", text)  # a fenced block quotes code or a program's output: what it repeats is its own
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()][:MAX_UNITS]
     found = _repeated_block(lines, "\n")
     if found is None:
@@ -66,6 +73,8 @@ def _words(block: list[str]) -> bool:
 
 
 _DIGIT_STRETCH = re.compile(r"(?<![\w.])\d(?:[ ,.;:]{1,3}\d(?![\d\w])){11,}")
+_DECIMALS = re.compile(r"\d\.\d(?:[ ,;]{1,3}\d\.\d)+")  # one-decimal values in a list: `0.8, 0.9, 0.9`
+_WORD = re.compile(r"[^\W\d_]{2,}")
 _CLOSERS = {"[": "]", "(": ")", "{": "}"}
 
 
@@ -85,6 +94,9 @@ def digit_collapse(text: str) -> str | None:
         opener = sample[m.start() - 1:m.start()]
         line_end = sample.find("\n", m.end())
         closed = opener in _CLOSERS and _CLOSERS[opener] in sample[m.end():line_end if line_end >= 0 else None]
+        after = sample[m.end():m.end() + 40].split("\n", 1)[0]
+        if _DECIMALS.fullmatch(m.group(0)) or len(_WORD.findall(after)) >= 3:
+            continue  # values listed, or digits the answer goes on to explain: not falling apart
         if collapsed and not closed:
             return sample[m.start() - (opener in _CLOSERS):m.end()]
     return None
