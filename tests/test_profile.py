@@ -168,6 +168,24 @@ def test_cut_gzip_is_one_line(tmp_path):
         read_breakdown(cut)
 
 
+def test_a_gzip_of_several_members_is_read_whole_and_a_corrupt_one_is_one_line(tmp_path):
+    """The reader gunzips with zlib itself (issue 23): members one after another (`cat a.gz b.gz`) and the
+    zero padding some writers leave are read as gzip reads them; bytes that are not deflate are one line."""
+    import gzip
+
+    text = (PROFILES / "cuda_tp2_rank0.pt.trace.json.gz").read_bytes()
+    whole = gzip.decompress(text)
+    joined = tmp_path / "joined.pt.trace.json.gz"
+    joined.write_bytes(gzip.compress(whole[:1000]) + gzip.compress(whole[1000:]) + b"\0" * 16)
+    assert read_breakdown(joined).to_json() == {**read_breakdown(PROFILES / "cuda_tp2_rank0.pt.trace.json.gz")
+                                                .to_json(), "path": str(joined)}
+    corrupt = tmp_path / "corrupt.pt.trace.json.gz"
+    corrupt.write_bytes(text[:20] + bytes(b ^ 0x5A for b in text[20:200]) + text[200:])
+    with pytest.raises(TraceError, match="not a readable gzip file|ends early") as caught:
+        read_breakdown(corrupt)
+    assert "\n" not in str(caught.value)
+
+
 @pytest.mark.parametrize("text, words", [
     ("this is not json", "expected a JSON object"), ('{"traceEvents": [{"ph": "X"}, ', "cut short"),
     ('{"schemaVersion": 1}', "without traceEvents"), ('[1, 2', "found the end of the file"), ('{"traceEvents": []} x', "after")])
