@@ -140,5 +140,9 @@ def test_requeued_held_then_released(cluster, followed, tmp_path):  # noqa: F811
     slurm("scontrol", "release", run.job_id)
     slurm("scontrol", "update", f"JobId={run.job_id}", "StartTime=now")  # a requeued job waits ~2 min otherwise
     assert run.judged_at_the_end()["passed"], run.seen
-    assert run.seen[0] in ("PENDING", "RUNNING") and run.row().state == "COMPLETED"
-    assert len(run.seen) >= 3, run.seen  # running, then back in the queue, then running to the end
+    # Running, then back in the queue; what it passed through after the release (RUNNING, or straight to the end
+    # between two polls on a loaded machine) is the watch's, not seen here.
+    assert "RUNNING" in run.seen, run.seen
+    requeued = run.seen[run.seen.index("RUNNING") + 1:]
+    assert {"PENDING", "REQUEUE_HOLD"} & set(requeued), run.seen
+    assert run.row().state == "COMPLETED"
