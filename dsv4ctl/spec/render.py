@@ -83,6 +83,7 @@ def render_script(spec: ExperimentSpec, runtime_dir: str, token: str | None = No
         exports=exports(spec),
         python=env.python,
         probe=f"{runtime}/{PROBE_NAME}",
+        tracer=spec.profile.tracer() if spec.profile is not None else (),
         markers=markers,
     )
 

@@ -18,8 +18,11 @@ MARKER = "DSV4_PROFILE: "  # read by dsv4ctl/profile/sources.py (not one of judg
 
 
 def _section(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The spec's `profile:` section when it asks for torch's profiler (a kernel tracer wraps the job instead)."""
     section = spec.get("profile")
-    return section if isinstance(section, dict) else None
+    if not isinstance(section, dict) or section.get("tool", "torch") != "torch":
+        return None
+    return section
 
 
 def engine_kwargs(spec: dict[str, Any]) -> dict[str, Any]:
@@ -56,11 +59,24 @@ def stop(llm, spec: dict[str, Any]) -> None:
     if section is None:
         return
     llm.stop_profile()
+    window = f"skip{section.get('skip_steps', 4)}+{section.get('steps', 8)}"
+    _report("torch", window, ("*.pt.trace.json*",), int(section.get("max_mb", 1024)),
+            {"seconds": round(time.perf_counter() - _started.get("t", time.perf_counter()), 3), "pid": os.getpid()})
+
+
+# What each kernel tracer writes that dsv4ctl reads (rocprofv3: `<host>/<pid>_kernel_trace.csv`; hipprof as rocprof
+# v1 with -o profile/hipprof_results.csv: the chrome-tracing `hipprof_results.json`).
+TRACER_FILES = {"rocprofv3": ("*kernel_trace.csv",), "hipprof": ("*_results.json",)}
+
+
+def _report(tool: str, window: str, patterns: tuple[str, ...], max_mb: int, extra: dict[str, Any]) -> None:
+    """Drop trace files over max_mb, then print the DSV4_PROFILE line naming the folder and the files kept."""
     folder = Path(PROFILE_DIR).resolve()
-    limit = int(section.get("max_mb", 1024)) << 20
+    limit = max_mb << 20
     files, dropped = [], []
-    for path in sorted(folder.rglob("*.pt.trace.json*")):
-        if path.name.endswith(".tmp"):
+    found = sorted({p for pattern in patterns for p in folder.rglob(pattern)}) if folder.is_dir() else []
+    for path in found:
+        if path.name.endswith(".tmp") or not path.is_file():
             continue
         size = path.stat().st_size
         if size > limit:
@@ -68,8 +84,20 @@ def stop(llm, spec: dict[str, Any]) -> None:
             dropped.append({"file": path.name, "bytes": size})
         else:
             files.append({"file": str(path.relative_to(folder)), "bytes": size})
-    window = f"skip{section.get('skip_steps', 4)}+{section.get('steps', 8)}"
-    print(MARKER + json.dumps({
-        "dir": str(folder), "tool": "torch", "window": window, "files": files, "dropped": dropped,
-        "seconds": round(time.perf_counter() - _started.get("t", time.perf_counter()), 3),
-        "pid": os.getpid()}), flush=True)
+    print(MARKER + json.dumps({"dir": str(folder), "tool": tool, "window": window, "files": files,
+                               "dropped": dropped, **extra}), flush=True)
+
+
+def after_tracer(spec_path: str, tracer_exit: int) -> None:
+    """Run by the job script once a kernel tracer wrapped around the probe has exited (its files are written
+    then, not before): the DSV4_PROFILE line, with the tracer's exit code."""
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+    section = spec.get("profile") or {}
+    tool = str(section.get("tool", ""))
+    _report(tool, "run", TRACER_FILES.get(tool, ()), int(section.get("max_mb", 1024)), {"exit": tracer_exit})
+
+
+if __name__ == "__main__":  # job.sh: python -m dsv4rt.profiling spec.json <the tracer's exit code>
+    import sys
+
+    after_tracer(sys.argv[1], int(sys.argv[2]))
