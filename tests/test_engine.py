@@ -48,13 +48,13 @@ FAULT_ENV = "environment:\n  env:\n    DSV4_TESTING: '1'\n    DSV4_FAULT: {fault
 @pytest.fixture(scope="session")
 def engine_campaign(engine, tmp_path_factory):
     d = tmp_path_factory.mktemp("engine")
-    specs = {
+    specs = {  # the hang first: it runs to its 3-minute limit, so it starts in the first wave of the CPU pool
+        "hang": variant(d, "fault-hang", FAULT_ENV.format(fault="hang") + "slurm:\n  time: '3:00'\n"),
         "smoke": SMOKE,
         "bos": variant(d, "fault-bos", FAULT_ENV.format(fault="bos-after-first")),
         "loop": variant(d, "fault-loop", FAULT_ENV.format(fault="repeat-loop")),
         "nan": variant(d, "fault-nan", FAULT_ENV.format(fault="nan-hidden") + "sampling:\n  logprobs: 1\n"),
         "exception": variant(d, "fault-exception", FAULT_ENV.format(fault="decode-exception")),
-        "hang": variant(d, "fault-hang", FAULT_ENV.format(fault="hang") + "slurm:\n  time: '3:00'\n"),
         "exit0": variant(d, "fault-exit0", FAULT_ENV.format(fault="bos-after-first")
                          + "    DSV4_FAULT_EXIT0: '1'\n"),
         "refused": variant(d, "fault-refused", "environment:\n  env:\n    DSV4_FAULT: hang\n"),
