@@ -3,6 +3,7 @@
 
     python3 benchmarks/corpus/reharvest.py cut KIND CASE CHUNK_FILE [CHUNK_FILE ...]
     python3 benchmarks/corpus/reharvest.py todo KIND [--from N --to M]
+    python3 benchmarks/corpus/reharvest.py pick KIND CASE CHUNK_FILE LINES [--unquote]
 
 KIND is `harvest` (manifest.json: failing logs, pinned by first/last line and whole-excerpt hashes), `coherent`
 (coherent-manifest.json) or `garbage` (garbage-manifest.json), both pinned by the whole text's hash. CHUNK_FILE holds
@@ -10,7 +11,9 @@ the thread text as the `issues` search returned it (one chunk, or two of the sam
 excerpt in it: every window of lines, with markdown fences and surrounding blank lines dropped, whose hash is the
 manifest's; it writes corpus-local/<KIND>/<split>/<case>/raw.log and meta.json and prints `exact`, or prints
 `not found` and writes nothing (the caller may then cut by hand: `--inexact` writes the closest window and marks it
-`reharvest.exact: false` in meta.json). `todo` lists the cases not yet on disk.
+`reharvest.exact: false` in meta.json). `todo` lists the cases not yet on disk. `pick` takes lines of the chunk
+that are not next to each other (LINES: 0-based, `7-11,34`; `--unquote` drops a line's enclosing single backticks),
+joined by newlines, with and without a final newline, and writes them only when the manifest's hash matches.
 """
 import hashlib
 import json
@@ -127,6 +130,29 @@ def cut(kind: str, name: str, files: list[str], inexact: bool) -> int:
     return 1
 
 
+def pick(kind: str, name: str, path: str, spec: str, unquote: bool) -> int:
+    entry = next((e for e in cases(kind) if name_of(e) == name), None)
+    if entry is None:
+        print(f"error: no case {name!r} in {MANIFESTS[kind]}", file=sys.stderr)
+        return 2
+    lines = open(path, encoding="utf-8").read().split("\n")
+    chosen = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        chosen += lines[int(lo):int(hi or lo) + 1]
+    if unquote:
+        chosen = [ln[1:-1] if len(ln) > 1 and ln.startswith("`") and ln.endswith("`") else ln for ln in chosen]
+    want, _ = pin(kind, entry)
+    body = "\n".join(chosen)
+    for text in (body, body + "\n"):
+        if sha(text) == want:
+            write(kind, entry, text, True)
+            print(f"exact    {name}")
+            return 0
+    print(f"not found {name} (the lines picked do not have the manifest's hash)")
+    return 1
+
+
 def todo(kind: str, lo: int, hi: int) -> None:
     for k, e in enumerate(cases(kind), 1):
         if lo <= k <= hi and not os.path.isfile(os.path.join(case_dir(kind, e), "raw.log")):
@@ -139,6 +165,9 @@ def main(argv: list[str]) -> int:
         inexact = "--inexact" in argv
         args = [a for a in argv[1:] if a != "--inexact"]
         return cut(args[0], args[1], args[2:], inexact)
+    if len(argv) >= 5 and argv[0] == "pick":
+        args = [a for a in argv[1:] if a != "--unquote"]
+        return pick(args[0], args[1], args[2], args[3], "--unquote" in argv)
     if len(argv) >= 2 and argv[0] == "todo":
         lo = int(argv[argv.index("--from") + 1]) if "--from" in argv else 1
         hi = int(argv[argv.index("--to") + 1]) if "--to" in argv else 10 ** 6
