@@ -142,3 +142,56 @@ def test_a_null_content_is_judged_by_its_reasoning():
     assert judge(parse_bytes((line % ("~" * 40) + "\n").encode())).status == "degenerate"
     good = line % "The user asks what Git is; I should explain version control briefly."
     assert judge(parse_bytes((good + "\n").encode())).status == "coherent"
+
+
+# ---- pass 7 (from the coherent answers of the old held-out set, spent on it: see docs/verdict.md) ----------------
+
+def judged(tmp_path, text: str) -> dict:
+    from dsv4ctl.judge.files import judge_files
+
+    log = tmp_path / "raw.log"
+    log.write_text(text, encoding="utf-8")
+    return judge_files(log).to_json()
+
+
+def chunk(delta: str, finish: str = "null") -> str:
+    return ('data: {"id":"cmpl-7","object":"chat.completion.chunk","choices":[{"index":0,"delta":' + delta
+            + ',"finish_reason":' + finish + '}]}\n\n')
+
+
+def test_a_stream_of_reasoning_deltas_is_judged_by_what_it_reasoned(tmp_path):
+    stream = "".join(chunk('{"content":null,"reasoning_content":"' + piece + '"}')
+                     for piece in ("The user asks ", "for the boiling point ", "of water at sea level: ", "100 C."))
+    v = judged(tmp_path, stream)
+    assert v["status"] != "degenerate" and not any("empty" in r for r in v["reasons"]), v["reasons"]
+    loop = "".join(chunk('{"content":null,"reasoning_content":"!"}') for _ in range(40))
+    assert judged(tmp_path, loop)["status"] == "degenerate"  # still read: one character to the end
+
+
+def test_an_empty_content_beside_the_tool_calls_it_made_is_an_answer(tmp_path):
+    called = ("ChatCompletion(id='9', choices=[Choice(finish_reason='tool_calls', index=0, logprobs=None, "
+              "message=ChatCompletionMessage(content='', role='assistant', function_call=None, "
+              "tool_calls=[ChatCompletionMessageToolCall(id='c1', function=Function(arguments='{\"city\": \"Oslo\"}', "
+              "name='weather'), type='function')]))], created=1, model='m', object='chat.completion')\n")
+    v = judged(tmp_path, called)
+    assert not any("empty" in r for r in v["reasons"]), v["reasons"]
+    nothing = called.replace("tool_calls=[ChatCompletionMessageToolCall(id='c1', function=Function(arguments="
+                             "'{\"city\": \"Oslo\"}', name='weather'), type='function')]", "tool_calls=None")
+    assert any("empty" in r for r in judged(tmp_path, nothing)["reasons"])
+    body = ('{"choices": [{"index": 0, "message": {"role": "assistant", "content": "", "tool_calls": '
+            '[{"id": "c2", "type": "function", "function": {"name": "add", "arguments": "{}"}}]}}]}\n')
+    assert not any("empty" in r for r in judged(tmp_path, body)["reasons"])
+    assert any("empty" in r for r in judged(tmp_path, body.replace(', "tool_calls": [{"id": "c2", "type": '
+                                                                  '"function", "function": {"name": "add", '
+                                                                  '"arguments": "{}"}}]', ""))["reasons"])
+
+
+def test_a_stream_that_only_called_a_tool_is_not_an_empty_answer(tmp_path):
+    stream = (chunk('{"role":"assistant","content":""}')
+              + chunk('{"tool_calls":[{"index":0,"id":"c3","type":"function","function":{"name":"add","arguments":""}}]}')
+              + chunk('{"tool_calls":[{"index":0,"function":{"arguments":"{\\"a\\": 1}"}}]}')
+              + chunk("{}", '"tool_calls"') + "data: [DONE]\n")
+    v = judged(tmp_path, stream)
+    assert not any("empty" in r for r in v["reasons"]), v["reasons"]
+    empty = chunk('{"role":"assistant","content":""}') + chunk("{}", '"stop"') + "data: [DONE]\n"
+    assert any("empty" in r for r in judged(tmp_path, empty)["reasons"])

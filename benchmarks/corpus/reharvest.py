@@ -22,7 +22,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-MANIFESTS = {"harvest": "manifest.json", "coherent": "coherent-manifest.json", "garbage": "garbage-manifest.json"}
+MANIFESTS = {"harvest": "manifest.json", "coherent": "coherent-manifest.json", "garbage": "garbage-manifest.json",
+             "coherent2": "coherent2-manifest.json"}
 
 
 def sha(text: str) -> str:

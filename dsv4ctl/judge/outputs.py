@@ -37,6 +37,10 @@ _JSON_ANSWER = re.compile(r'"(?:message|delta)"\s*:\s*\{[^{}]{0,300}?"content"\s
 _JSON_REASONING = re.compile(r'"(?:message|delta)"\s*:\s*\{[^{}]{0,300}?"reasoning(?:_content)?"\s*:\s*"'
                              r'(?P<s>(?:[^"\\]|\\.)*)')
 _SSE = re.compile(r"^data: ?(?P<body>\{.*)$")
+# After an empty content: the tool calls the message made instead (`, tool_calls=[ChatCompletionMessageToolCall(`
+# in the client's repr, `"tool_calls": [{` in JSON): a tool call is an answer, not an empty one.
+_TOOL_CALLS_REPR = re.compile(r"[^()]{0,200}?\btool_calls=\[\s*\w")
+_TOOL_CALLS_JSON = re.compile(r'[^{}]{0,200}?"tool_calls"\s*:\s*\[\s*\{')
 _IDS_LABEL = re.compile(r"(?<![\w.])(?:(?:output|generated|completion|response)[ _](?:token[ _])?(?:ids|tokens)|token[ _]ids)"
                         r"['\"]?\s*[=:]\s*"
                         r"(?:array\('l', |tensor\(\[?)?\[(?P<ids>[-\d,\s]{0,1000000})\]")
@@ -95,14 +99,18 @@ def read_outputs(content: str) -> list[PrintedOutput]:
             found.append(PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], ids, _nonfinite(rest)))
         return found
     if "ChatCompletionMessage(" in content or "CompletionChoice(" in content:  # the openai client's objects
-        return [PrintedOutput(literal(m.group("lit") or m.group("lit2"))[:MAX_TEXT], None, _nonfinite(content))
-                for m in _CLIENT_REPR.finditer(content)]
+        return [PrintedOutput(text[:MAX_TEXT], None, _nonfinite(content))
+                for m in _CLIENT_REPR.finditer(content)
+                if (text := literal(m.group("lit") or m.group("lit2"))) or not _TOOL_CALLS_REPR.match(
+                    content, m.end(), m.end() + 300)]
     m = GENERATED.search(content)
     if m:
         return [PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], None, _nonfinite(content))]
     if '"choices"' in content or '"message"' in content or '"delta"' in content:
         for m in _JSON_ANSWER.finditer(content):
             body = m.group("s") if m.group("s") is not None else m.group("t")
+            if not body and _TOOL_CALLS_JSON.match(content, m.end(), m.end() + 300):
+                continue  # an empty content beside the tool calls it made: the answer is the call
             found.append(PrintedOutput(json_string(body)[:MAX_TEXT], None, _nonfinite(content)))
         if not found and '"reasoning' in content:  # `"content": null` beside the reasoning: judge what was said
             found = [PrintedOutput(json_string(m.group("s"))[:MAX_TEXT], None, _nonfinite(content))
@@ -131,8 +139,9 @@ def shown_as_printed(source: str, output_repr: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def stream_delta(content: str) -> tuple[str, bool] | None:
-    """One streamed chunk (`data: {...}`): (its delta text, whether it finished the answer), or None."""
+def stream_delta(content: str) -> tuple[str | None, bool] | None:
+    """One streamed chunk (`data: {...}`): (its delta text, whether it finished the answer), or None. The text is
+    None for a piece of a tool call."""
     m = _SSE.match(content)
     if not m:
         return None
@@ -145,6 +154,10 @@ def stream_delta(content: str) -> tuple[str, bool] | None:
         return None
     delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
     text = delta.get("content") if "content" in delta else choice.get("text")
+    if not isinstance(text, str):  # `"content": null`: a reasoning model's thinking is what it said so far
+        text = next((delta[k] for k in ("reasoning_content", "reasoning") if isinstance(delta.get(k), str)), None)
+    if not text and delta.get("tool_calls"):
+        return None, choice.get("finish_reason") is not None  # a piece of a tool call, not of a text answer
     return (text if isinstance(text, str) else ""), choice.get("finish_reason") is not None
 
 

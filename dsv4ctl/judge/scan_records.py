@@ -65,7 +65,7 @@ class RecordHandlers:
     _engine_ready: bool
     _current_request: RequestBlock | None
     _current_overflow: bool
-    _stream: tuple[int, list[str]] | None
+    _stream: tuple[int, list[str | None]] | None  # None: a piece of a tool call
 
     if TYPE_CHECKING:
         def heads(self, frame: str) -> prefixes.Heads: ...
@@ -203,7 +203,7 @@ class RecordHandlers:
         delta, finished = chunk
         if self._stream is None:
             self._stream = (line_no, [])
-        if sum(map(len, self._stream[1])) < outputs.MAX_TEXT:
+        if sum(len(part or "") for part in self._stream[1]) < outputs.MAX_TEXT:
             self._stream[1].append(delta)
         if finished:
             self._end_stream()
@@ -213,7 +213,9 @@ class RecordHandlers:
         if self._stream is not None:
             line_no, parts = self._stream
             self._stream = None
-            self._printed_request(line_no, "".join(parts), None, "openai_stream")
+            text = "".join(part for part in parts if part is not None)
+            if text or None not in parts:  # a stream that only made tool calls said no text, and that is no fault
+                self._printed_request(line_no, text, None, "openai_stream")
 
     def _engine_line(self, content: str) -> None:
         facts = self.facts
