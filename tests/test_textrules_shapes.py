@@ -195,3 +195,17 @@ def test_a_stream_that_only_called_a_tool_is_not_an_empty_answer(tmp_path):
     assert not any("empty" in r for r in v["reasons"]), v["reasons"]
     empty = chunk('{"role":"assistant","content":""}') + chunk("{}", '"stop"') + "data: [DONE]\n"
     assert any("empty" in r for r in judged(tmp_path, empty)["reasons"])
+
+
+def test_a_stream_of_many_tiny_chunks_is_read_in_one_pass(tmp_path):
+    """Regression (found in review): the stream's length was summed over every delta kept at each new chunk, so a
+    stream of 300k one-character chunks did not finish in 10 minutes. A hang guard, not a benchmark."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "raw.log"
+    log.write_text(chunk('{"content":"a"}') * 200_000, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "dsv4ctl.cli", "verdict", "--log", str(log), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert '"status": "degenerate"' in done.stdout, done.stderr[-500:]
+    assert "repeated 65536 times to the end" in done.stdout  # judged on the first MAX_TEXT characters kept

@@ -99,10 +99,12 @@ def read_outputs(content: str) -> list[PrintedOutput]:
             found.append(PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], ids, _nonfinite(rest)))
         return found
     if "ChatCompletionMessage(" in content or "CompletionChoice(" in content:  # the openai client's objects
-        return [PrintedOutput(text[:MAX_TEXT], None, _nonfinite(content))
-                for m in _CLIENT_REPR.finditer(content)
-                if (text := literal(m.group("lit") or m.group("lit2"))) or not _TOOL_CALLS_REPR.match(
-                    content, m.end(), m.end() + 300)]
+        for m in _CLIENT_REPR.finditer(content):
+            text = literal(m.group("lit") or m.group("lit2"))
+            if not text and _TOOL_CALLS_REPR.match(content, m.end(), m.end() + 300):
+                continue  # an empty content beside the tool calls it made: the answer is the call
+            found.append(PrintedOutput(text[:MAX_TEXT], None, _nonfinite(content)))
+        return found
     m = GENERATED.search(content)
     if m:
         return [PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], None, _nonfinite(content))]

@@ -26,7 +26,7 @@ from .anchors import ANCHORS, finder, newline_counter  # noqa: F401  (finder re-
 from .captures import DONE, MAX_CAPTURE_LINES, MORE, REJECT, Capture
 from .facts import Event, LogFacts
 from .printed import READ_ALL_LINES
-from .scan_records import (_HTTP_500, MAX_BAD_KEPT, MAX_DIAG_EXAMPLES, MAX_DIAG_KEYS,  # noqa: F401
+from .scan_records import (StreamedAnswer, _HTTP_500, MAX_BAD_KEPT, MAX_DIAG_EXAMPLES, MAX_DIAG_KEYS,  # noqa: F401
                            MAX_EVENTS, MAX_NOISE, MAX_REQUESTS, MAX_STAGES, MAX_TRACEBACKS, RecordHandlers,
                            _orphan_exception)
 from .tokens import RequestBlock, VerdictOptions, judge_request, parse_token_ids  # noqa: F401  (re-exported)
@@ -59,7 +59,7 @@ class LogParser(RecordHandlers):
         self._engine_ready = False
         self._current_request: RequestBlock | None = None
         self._current_overflow = False
-        self._stream: tuple[int, list[str]] | None = None  # a streamed answer's first line and its deltas so far
+        self._stream: StreamedAnswer | None = None  # a streamed answer's first line and its deltas so far
         self._plain = plaintext.PlainBlocks()  # bare lines of a short paste: an answer pasted as plain text?
         self._printed_lines = printed.PrintedLines()  # pretty JSON bodies, id lists cut over lines
         self._labelled = printed.LabelledLines()  # `Response: ...` lines of a short paste

@@ -56,6 +56,23 @@ _EXPECT_TYPES: dict[str, tuple[type, int, int]] = {  # DSV4_EXPECT key -> (type,
 }
 
 
+class StreamedAnswer:
+    """A streamed answer's deltas so far (kept up to outputs.MAX_TEXT characters, counted as they come: a stream of
+    a million one-character chunks is linear) and whether any chunk was a piece of a tool call."""
+
+    __slots__ = ("line_no", "parts", "length", "tool_call")
+
+    def __init__(self, line_no: int) -> None:
+        self.line_no, self.parts, self.length, self.tool_call = line_no, [], 0, False
+
+    def add(self, delta: str | None) -> None:
+        if delta is None:
+            self.tool_call = True
+        elif self.length < outputs.MAX_TEXT:
+            self.parts.append(delta)
+            self.length += len(delta)
+
+
 class RecordHandlers:
     """The handlers of recognised lines, mixed into `scan.LogParser` (which owns the state they use)."""
 
@@ -65,7 +82,7 @@ class RecordHandlers:
     _engine_ready: bool
     _current_request: RequestBlock | None
     _current_overflow: bool
-    _stream: tuple[int, list[str | None]] | None  # None: a piece of a tool call
+    _stream: StreamedAnswer | None
 
     if TYPE_CHECKING:
         def heads(self, frame: str) -> prefixes.Heads: ...
@@ -202,20 +219,17 @@ class RecordHandlers:
             return False
         delta, finished = chunk
         if self._stream is None:
-            self._stream = (line_no, [])
-        if sum(len(part or "") for part in self._stream[1]) < outputs.MAX_TEXT:
-            self._stream[1].append(delta)
+            self._stream = StreamedAnswer(line_no)
+        self._stream.add(delta)
         if finished:
             self._end_stream()
         return True
 
     def _end_stream(self) -> None:
-        if self._stream is not None:
-            line_no, parts = self._stream
-            self._stream = None
-            text = "".join(part for part in parts if part is not None)
-            if text or None not in parts:  # a stream that only made tool calls said no text, and that is no fault
-                self._printed_request(line_no, text, None, "openai_stream")
+        stream, self._stream = self._stream, None
+        if stream is not None and (stream.length or not stream.tool_call):
+            # a stream that only made tool calls said no text, and that is no fault
+            self._printed_request(stream.line_no, "".join(stream.parts), None, "openai_stream")
 
     def _engine_line(self, content: str) -> None:
         facts = self.facts

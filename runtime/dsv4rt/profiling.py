@@ -60,21 +60,21 @@ def stop(llm, spec: dict[str, Any]) -> None:
         return
     llm.stop_profile()
     window = f"skip{section.get('skip_steps', 4)}+{section.get('steps', 8)}"
-    _report("torch", window, ("*.pt.trace.json*",), int(section.get("max_mb", 1024)),
+    _report("torch", window, int(section.get("max_mb", 1024)),
             {"seconds": round(time.perf_counter() - _started.get("t", time.perf_counter()), 3), "pid": os.getpid()})
 
 
-# What each kernel tracer writes that dsv4ctl reads (rocprofv3: `<host>/<pid>_kernel_trace.csv`; hipprof as rocprof
-# v1 with -o profile/hipprof_results.csv: the chrome-tracing `hipprof_results.json`).
-TRACER_FILES = {"rocprofv3": ("*kernel_trace.csv",), "hipprof": ("*_results.json",)}
+# The trace files dsv4ctl reads (dsv4ctl/profile/sources.py TRACE_GLOBS): torch's, rocprofv3's CSV
+# (`<host>/<pid>_kernel_trace.csv`), hipprof's JSON (`hipprof_results.json`). ./profile/ holds one tool's output.
+TRACE_FILES = ("*.pt.trace.json*", "*kernel_trace.csv", "*_results.json")
 
 
-def _report(tool: str, window: str, patterns: tuple[str, ...], max_mb: int, extra: dict[str, Any]) -> None:
+def _report(tool: str, window: str, max_mb: int, extra: dict[str, Any]) -> None:
     """Drop trace files over max_mb, then print the DSV4_PROFILE line naming the folder and the files kept."""
     folder = Path(PROFILE_DIR).resolve()
     limit = max_mb << 20
     files, dropped = [], []
-    found = sorted({p for pattern in patterns for p in folder.rglob(pattern)}) if folder.is_dir() else []
+    found = sorted({p for pattern in TRACE_FILES for p in folder.rglob(pattern)}) if folder.is_dir() else []
     for path in found:
         if path.name.endswith(".tmp") or not path.is_file():
             continue
@@ -93,8 +93,7 @@ def after_tracer(spec_path: str, tracer_exit: int) -> None:
     then, not before): the DSV4_PROFILE line, with the tracer's exit code."""
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     section = spec.get("profile") or {}
-    tool = str(section.get("tool", ""))
-    _report(tool, "run", TRACER_FILES.get(tool, ()), int(section.get("max_mb", 1024)), {"exit": tracer_exit})
+    _report(str(section.get("tool", "")), "run", int(section.get("max_mb", 1024)), {"exit": tracer_exit})
 
 
 if __name__ == "__main__":  # job.sh: python -m dsv4rt.profiling spec.json <the tracer's exit code>
