@@ -3,6 +3,7 @@
 
     python3 benchmarks/corpus/manifest.py build [HARVEST_DIR]   # write manifest.json from the case folders
     python3 benchmarks/corpus/manifest.py check [HARVEST_DIR]   # re-harvested folders match the manifest?
+    python3 benchmarks/corpus/manifest.py fresh harvest3|coherent3   # a fresh all-held-out set -> <set>-manifest.json
 
 HARVEST_DIR defaults to corpus-local/harvest (git-ignored: the raw.log files are third-party text). Each case lives
 in HARVEST_DIR/<split>/<case>/ with raw.log and meta.json.
@@ -84,11 +85,51 @@ def check(root):
     return bad == 0
 
 
+FRESH = {  # a set harvested after the rules had been tuned on the earlier held-out set: all of it held out
+    "harvest3": ("heldout3-manifest.json", "failing and clean job logs"),
+    "coherent3": ("coherent3-manifest.json", "coherent model outputs"),
+}
+
+
+def fresh(kind):
+    """Write the manifest of corpus-local/<kind>/heldout/: every case held out, pinned by hashes, no text."""
+    name, what = FRESH[kind]
+    root = os.path.join(ROOT, "corpus-local", kind, "heldout")
+    cases, urls = [], set()
+    for case in sorted(os.listdir(root)):
+        d = os.path.join(root, case)
+        if not os.path.isfile(os.path.join(d, "meta.json")):
+            continue
+        meta = json.load(open(os.path.join(d, "meta.json"), encoding="utf-8"))
+        raw = open(os.path.join(d, "raw.log"), encoding="utf-8").read()
+        src = {k: meta["source"].get(k) for k in ("repo", "kind", "number", "url", "title", "turn")}
+        urls.add(src["url"])
+        if kind == "harvest3":
+            e = entry(d)
+            e["split"] = "heldout"
+        else:
+            e = {"name": case, "split": "heldout", **{k: meta.get(k) for k in ("shape", "language", "features",
+                                                                               "outputs")},
+                 "source": src, "raw_sha256": sha(raw), "raw_bytes": len(raw.encode("utf-8")),
+                 "raw_lines": len(raw.splitlines()), "query": meta.get("query"), "labels": meta["labels"]}
+        cases.append(e)
+    doc = {"what": f"{what} from public threads (a fresh held-out set, issue 21): verbatim text kept outside the repo "
+                   f"under corpus-local/{kind}/heldout/<case>/raw.log (third-party, not committed)",
+           "split_rule": "all held-out: threads never used by the team or any earlier harvest (checked against every "
+                         "committed manifest), labelled by harvesters who never read dsv4ctl/ nor ran any scorer",
+           "count": len(cases), "threads": len(urls), "cases": cases}
+    with open(os.path.join(HERE, name), "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, ensure_ascii=False); f.write("\n")
+    print(f"{name}: {len(cases)} cases, {len(urls)} threads")
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else "build"
     root = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "corpus-local", "harvest")
     if cmd == "build":
         build(root)
+    elif cmd == "fresh":
+        fresh(sys.argv[2])
     elif cmd == "check":
         sys.exit(0 if check(root) else 1)
     else:

@@ -23,7 +23,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MANIFESTS = {"harvest": "manifest.json", "coherent": "coherent-manifest.json", "garbage": "garbage-manifest.json",
-             "coherent2": "coherent2-manifest.json"}
+             "coherent2": "coherent2-manifest.json", "harvest3": "heldout3-manifest.json",
+             "coherent3": "coherent3-manifest.json"}
 
 
 def sha(text: str) -> str:
@@ -44,7 +45,7 @@ def case_dir(kind: str, entry: dict) -> str:
 
 def pin(kind: str, entry: dict) -> tuple[str, int]:
     """(whole-text sha256, number of lines) the excerpt must have."""
-    if kind == "harvest":
+    if kind in ("harvest", "harvest3"):
         return entry["excerpt"]["sha256"], entry["excerpt"]["lines"]
     return entry["raw_sha256"], entry["raw_lines"]
 
