@@ -15,7 +15,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"evice-side assert", b"Memory access fault", b"VMFault", b"Watchdog caught", b"slurmstepd", b" died",
     b"memory pressure", b"Check failed", b"Lmod has detected", b"command not found",
     # fatal signals and runtime faults printed as bare text (Ascend's mostly carry an ERROR/Error/ error anchor)
-    b"SIG", b"dumped", b"Segmentation", b"after throwing", b"Killed", b"exit code", b"NVRM",
+    b"SIG", b"dumped", b"Segmentation", b"after throwing", b"Killed", b"exit code", b"NVRM", b"amdgpu",
+    b"Illegal instruction", b"Bus error", b"Aborted",
     b"Generated text", b"CompletionOutput(", "begin▁of▁sentence｜><｜begin".encode(),
 )
 # Anchors dropped once the probe says the engine is ready (ENGINE_READY, `### STAGE: generate`): vLLM's engine-start
@@ -23,7 +24,7 @@ ANCHORS: tuple[bytes, ...] = (
 # with the probe's markers has its results as TOKEN_IDS blocks; a third-party log never prints ENGINE_READY).
 _ENGINE_ANCHORS: tuple[bytes, ...] = (
     b"Model loading took", b"KV cache", b"init engine (", b"expert_dtype", b"MoE backend", b"indexer cache",
-    b"<s><s>", b"<|begin_of_text|><|", b'"choices"', b'"content"', b"_ids", b" ids", b"0, 0, 0, 0", b"\\n\\n",
+    b"<s><s>", b"<|begin_of_text|><|", b'"choices"', b'"content"', b"'content'", b"generated_text", b'{"text"', b"_ids", b" ids", b"0, 0, 0, 0", b"\\n\\n",
 )
 _ALL_ANCHORS = ANCHORS + _ENGINE_ANCHORS
 

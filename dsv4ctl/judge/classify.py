@@ -36,7 +36,11 @@ _ASCEND = (r"aicore (?:exception|error|execution)|exception of \w+ aicore error|
            # the runtime's error codes at a line's start (`EJ0001: ... Failed to initialize the HCCP process`), its
            # task-exception report (`ReportExceptProc:Task exception! ... retCode=0x91`)
            r"|^E[A-Z]\d{4}: \S|ReportExceptProc|Task exception! device_id|the model stream execute failed")
-_XID = r"NVRM: Xid|\bXid \(PCI:|GPU has fallen off the bus"
+_XID = r"NVRM: Xid|\bXid \(PCI:|fallen off the bus"
+# The amdgpu kernel driver's fault reports (dmesg): a GPU page fault, its VM_L2 protection fault status, a ring
+# that timed out, a GPU reset.
+_AMDGPU = (r"amdgpu\b.{0,80}?(?:\[\w+hub\] (?:no-)?retry page fault|page fault \(src_id|VM_L2_PROTECTION_FAULT"
+           r"|from IH client 0x\w+ \(UTCL2\)|ring \S+ timeout|GPU reset begin|GPU fault detected)")
 # Tenstorrent's tt-metal runtime asserts (`TT_THROW: ...`, `TT_FATAL`, records citing its assert.hpp).
 _TT = r"\bTT_(?:THROW|FATAL)\b|\(assert\.hpp:\d+\)"
 
@@ -59,7 +63,7 @@ EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|[Dd]evice-side assert(?!ions\.)|HSA_STATUS_ERROR|Memory access fault|VMFault|no kernel image is available"
         r"|invalid device function|misaligned address|unspecified launch failure|CUBLAS_STATUS_(?!SUCCESS)\w+"
         r"|CUDNN_STATUS_(?!SUCCESS)\w+|rocblas_status_(?!success)\w+|hipblaslt error|AcceleratorError"
-        r"|CUDA driver error|GPU is lost|Xid \d+|" + _ASCEND + "|" + _XID + "|" + _TT)),
+        r"|CUDA driver error|GPU is lost|Xid \d+|" + _ASCEND + "|" + _XID + "|" + _AMDGPU + "|" + _TT)),
     ("compile", re.compile(
         r"CompilationError|PassManager::run failed|torch\._dynamo|torch\._inductor|InductorError"
         r"|BackendCompilerFailed|TorchRuntimeError|ptxas|\bnvcc\b|\bhipcc\b|Failed to find C compiler|LLVM ERROR"
@@ -83,6 +87,7 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("device", "device_assert", re.compile(r"Device-side assert|[Dd]evice-side assertion .*failed")),
     ("device", "device_error", re.compile(r"Failed: (?:Cuda|CUDA|HIP) error|CUDA driver error|GPU is lost")),
     ("device", "xid", re.compile(_XID)),
+    ("device", "amdgpu_fault", re.compile(_AMDGPU)),
     ("device", "ascend_error", re.compile(_ASCEND)),
     ("device", "runtime_assert", re.compile(_TT)),
     ("collective", "collective_timeout", re.compile(r"Watchdog caught collective operation timeout")),
@@ -113,7 +118,10 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         # zsh's job control (`[1]  4242 segmentation fault  python ...`, `zsh: abort  python`), macOS's shell
         # (`Abort trap: 6`, `Segmentation fault: 11`) and its crash report's `"indicator":"Abort trap: 6"`
         r"|^(?:zsh: |\[\d+\] +\d+ )(?:segmentation fault|abort|bus error|illegal hardware instruction)\b"
-        r"|\b(?:Abort trap: 6|Segmentation fault: 11|Bus error: 10|Illegal instruction: 4)\b")),
+        r"|\b(?:Abort trap: 6|Segmentation fault: 11|Bus error: 10|Illegal instruction: 4)\b"
+        # a shell's word for its child's signal, on a line of its own (`Illegal instruction (core dumped)`)
+        r"|^(?:Illegal instruction|Bus error|Aborted|Floating point exception|Trace/breakpoint trap)"
+        r"(?: \(core dumped\))?$")),
     ("signal", "killed", re.compile(
         r"^(?:zsh: |\[\d+\] +\d+ )killed +\S|^Killed$|[\]|]Killed$|^(?:\S+: )?line \d+: +\d+ Killed\b|^\[\d+\]\+? +Killed +\S|exit(?:ed)? (?:with )?(?:status|code)[:= ]+137\b"
         r"|exitcode ?[:=] ?-9\b|signal 9 \(SIGKILL\)|received SIGKILL|[Kk]illed by signal 9\b|^=\s+EXIT CODE: (?:9|137)$")),
@@ -140,6 +148,7 @@ WRAPPERS = re.compile(
     r"|^SystemExit|^KeyboardInterrupt|BrokenProcessPool|Call to collective_rpc method failed"
     r"|failed with exit code|Subprocess .* (?:failed|died)|Engine background task failed"
     r"|Future exception was never retrieved|Exception in callback|Task exception was never retrieved"
+    r"|Exception in ASGI application"  # uvicorn's header over the request's traceback
     r"|The Inner error is reported as above"  # Ascend's PyTorch adapter: the E-code lines hold the error
     # Timeouts of a process waiting on another: the echo of a hang or a death elsewhere.
     r"|RPC call to \w+ timed out|^asyncio\.(?:exceptions\.)?TimeoutError$")

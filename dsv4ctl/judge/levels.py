@@ -8,6 +8,7 @@ chatter. Recognised, in the first 120 characters:
                        (Python logging after the logger's name), `::ERROR -->` (InvokeAI)
   first word           `ERROR something`, `ERROR: something`, `error: something`, `Error: something`, after only a
                        timestamp, `[tags]` or `(process)` tags: `2026-08-07T18:25:43Z ERROR xinference.core ...`
+  after a logger name  `2024-10-25 12:21:14,974 xinference.api 37502 ERROR    ...` (a timestamp, a name, a pid)
   one letter           `E`, `F`, `W`, `I` after a timestamp (llama.cpp / llama-box: `0.17.512.848 E CUDA error`)
 
 Stdlib only.
@@ -29,6 +30,10 @@ _DELIMITED = re.compile(rf"\[\s{{0,8}}(?P<a>{_ANY_CASE})\s{{0,8}}\]|\(\s?(?P<b>{
 # A first word: upper case, or any case followed by a colon.
 _FIRST_WORD = re.compile(rf"(?<![\w.\-])(?:(?P<a>{_WORD})(?=:|\s)|(?P<b>(?i:error|fatal|critical|warning|info)):\s)")
 _LETTER = re.compile(r"(?<=\d )(?P<a>[EFWID]) +(?=\S)")
+# After a timestamp, a logger's name and a pid (`%(asctime)s %(name)s %(process)d %(levelname)s`, xinference):
+# `2024-10-25 12:21:14,974 xinference.api.restful_api 37502 ERROR    [address=...] ...`. Upper case only.
+_AFTER_NAME = re.compile(rf"^\[?\d{{4}}-\d{{2}}-\d{{2}}[ T][\d:.,]+\]?\s+[A-Za-z_][\w.\-]*(?:\s+\d+)?\s+"
+                         rf"(?P<a>{_WORD})(?=\s)")
 # What may stand before a first-word level: timestamps, [tags], (process) tags, pid=N, separators.
 _PREFIX_PARTS = re.compile(r"\[[^\]]{0,80}\]|\([^)]{0,80}\)|pid[=:]\d+|\d[\d:.,\-/T]*Z?")
 HEAD_CHARS = 120
@@ -45,6 +50,9 @@ def text_level(content: str) -> tuple[str, str] | None:
     m = _FIRST_WORD.search(head)
     if m and _only_prefix(head[:m.start()]):
         return _normal(m.group("a") or m.group("b")), _message(content, m.end())
+    m = _AFTER_NAME.match(head)
+    if m:
+        return _normal(m.group("a")), _message(content, m.end())
     m = _LETTER.search(head)
     if m and _only_prefix(head[:m.start()]) and any(ch.isdigit() for ch in head[:m.start()]):
         return _normal(m.group("a")), _message(content, m.end())

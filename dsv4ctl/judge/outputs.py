@@ -1,7 +1,8 @@
 """Outputs printed by vLLM's examples and people's scripts, read as results: `Prompt: '...', Generated text: '...'`
 lines, `RequestOutput(... CompletionOutput(index=0, text='...', token_ids=[...], cumulative_logprob=...) ...)` reprs,
 OpenAI chat/completion JSON bodies (the answer's `content` or `text`; streamed `data:` chunks are joined by the
-scanner), labelled token-id lists (`token_ids: [...]`, `output_ids=[...]`) and bare ones, bare repr() lines of an
+scanner) and the same bodies printed as Python dicts (`print(response.json())`), the native bodies of SGLang's
+`/generate` (`{"text": ...}`) and TGI / transformers' pipeline (`generated_text`), labelled token-id lists (`token_ids: [...]`, `output_ids=[...]`) and bare ones, bare repr() lines of an
 answer, and bare runs of BOS text. Token ids are used when printed; otherwise `textrules` judges the text.
 """
 
@@ -36,16 +37,32 @@ _JSON_ANSWER = re.compile(r'"(?:message|delta)"\s*:\s*\{[^{}]{0,300}?"content"\s
                           r'|"choices"\s*:\s*\[\s*\{[^{}]{0,300}?"text"\s*:\s*"(?P<t>(?:[^"\\]|\\.)*)(?P<tend>")?')
 _JSON_REASONING = re.compile(r'"(?:message|delta)"\s*:\s*\{[^{}]{0,300}?"reasoning(?:_content)?"\s*:\s*"'
                              r'(?P<s>(?:[^"\\]|\\.)*)')
+# The same bodies as Python prints a dict: `{'id': 'chatcmpl-..', 'choices': [{'message': {'role': 'assistant',
+# 'content': '...'}}]}`; a completion choice's `'text'`. (A streamed chunk's `'delta'` is a piece, not an answer.)
+_CUT_OR_STRING = "(?:" + _STRING + r"|'(?:[^'\\]|\\.)*$)"  # a long answer's line may be cut inside its string
+_PY_ANSWER = re.compile(r"'message'\s*:\s*\{[^{}]{0,300}?'content'\s*:\s*(?P<lit>" + _CUT_OR_STRING + ")"
+                        r"|'choices'\s*:\s*\[\s*\{[^{}]{0,300}?'text'\s*:\s*(?P<lit2>" + _CUT_OR_STRING + ")")
+# Native bodies: SGLang's `/generate` answers `{"text": "...", "meta_info": ...}`, TGI's `/generate` and the
+# transformers pipeline `generated_text` (JSON or a Python dict); a response dict `{'text': '', 'usage': {...}}`.
+_NATIVE = re.compile(r"""^\[?\{\s*"text"\s*:\s*"(?P<s>(?:[^"\\]|\\.)*)"""
+                     r"""|["'\u2018\u2019]generated_text["'\u2018\u2019]\s*:\s*(?P<lit>""" + _STRING + ")"
+                     r"""|^\[?\{\s*["'\u2018\u2019]text["'\u2018\u2019]\s*:\s*(?P<lit2>""" + _STRING + r")(?=,\s*'usage')")
+# NaN/inf printed where log-probs or logits are listed: `all_log_probs: [tensor([nan], ...`, `logits = tensor([[nan,`.
+_LABELLED_NONFINITE = re.compile(r"""(?:log_?probs?|logits)\w*["']?\s*[=:]\s*(?:[\[(]\s*)*(?:tensor\(\s*)?"""
+                                 r"""(?:\[\s*)*(?P<v>-?(?:nan|inf))\b\]?""", re.I)
 _SSE = re.compile(r"^data: ?(?P<body>\{.*)$")
 # After an empty content: the tool calls the message made instead (`, tool_calls=[ChatCompletionMessageToolCall(`
 # in the client's repr, `"tool_calls": [{` in JSON): a tool call is an answer, not an empty one.
 _TOOL_CALLS_REPR = re.compile(r"[^()]{0,200}?\btool_calls=\[\s*\w")
+_TOOL_CALLS_PY = re.compile(r"[^{}]{0,200}?'tool_calls'\s*:\s*\[\s*\{")
 _TOOL_CALLS_JSON = re.compile(r'[^{}]{0,200}?"tool_calls"\s*:\s*\[\s*\{')
 _IDS_LABEL = re.compile(r"(?<![\w.])(?:(?:output|generated|completion|response)[ _](?:token[ _])?(?:ids|tokens)|token[ _]ids)"
                         r"['\"]?\s*[=:]\s*"
                         r"(?:array\('l', |tensor\(\[?)?\[(?P<ids>[-\d,\s]{0,1000000})\]")
 _BARE_IDS = re.compile(r"^(?:tensor\()?\[\[?(?P<ids>\s*\d{1,9}(?:\s*,\s*\d{1,9}){7,})\s*,?\s*\]\]?"
                        r"(?:,\s*device='[\w:]+'\))?\)?$")
+# Ids printed without brackets (a list's repr wrapped across lines, or joined by ", "): >= 16 on the line.
+_BARE_ID_LINE = re.compile(r"^,?\s*(?P<ids>\d{1,9}(?:\s*,\s*\d{1,9}){15,})\s*,?$")
 _BARE_REPR = re.compile(r"^(?P<lit>'(?:[^'\\]|\\.){4,}'|\"(?:[^\"\\]|\\.){4,}\")$")
 
 
@@ -65,10 +82,12 @@ def text_problems(text: str, max_repeat_run: int) -> list[str]:
 
 
 def literal(text: str) -> str:
+    """A Python string literal's value; a literal cut before its closing quote is read as far as it goes."""
+    cut = len(text) >= 1 and (len(text) == 1 or text[-1] != text[0] or text[-2:-1] == "\\")
     try:
-        value = ast.literal_eval(text)
+        value = ast.literal_eval(text + text[0] if cut else text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return text[1:-1]
+        return text[1:] if cut else text[1:-1]
     return value if isinstance(value, str) else text[1:-1]
 
 
@@ -79,6 +98,19 @@ def _ids(text: str) -> list[int]:
 def _nonfinite(text: str) -> str | None:
     m = NONFINITE_LOGPROB.search(text) if ("nan" in text.lower() or "inf" in text.lower()) else None
     return m.group(0) if m else None
+
+
+def labelled_nonfinite(content: str) -> str | None:
+    """The NaN/inf text of a line that lists log-probs or logits (tensors, lists), or None."""
+    if "nan" not in content.lower() and "inf" not in content.lower():
+        return None
+    m = _LABELLED_NONFINITE.search(content)
+    return m.group(0) if m else None
+
+
+def _string_value(lit: str) -> str:
+    """A quoted value of a JSON body or a Python dict: a JSON string's escapes, or a Python literal's."""
+    return json_string(lit[1:-1]) if lit[:1] == '"' else literal(lit)
 
 
 def json_string(body: str) -> str:
@@ -119,11 +151,27 @@ def read_outputs(content: str) -> list[PrintedOutput]:
                      for m in _JSON_REASONING.finditer(content)]
         if found:
             return found
+    if "'choices'" in content or "'message'" in content:
+        for m in _PY_ANSWER.finditer(content):
+            text = literal(m.group("lit") or m.group("lit2"))
+            if not text and _TOOL_CALLS_PY.match(content, m.end(), m.end() + 300):
+                continue
+            found.append(PrintedOutput(text[:MAX_TEXT], None, _nonfinite(content)))
+        if found:
+            return found
+    if "text" in content and (m := _NATIVE.search(content)):
+        if m.group("s") is not None:
+            text = json_string(m.group("s"))
+        else:
+            text = _string_value(m.group("lit") or m.group("lit2"))
+        return [PrintedOutput(text[:MAX_TEXT], None, _nonfinite(content))]
     m = _IDS_LABEL.search(content) if "ids" in content or "tokens" in content else None
     if m and "prompt" not in content[max(0, m.start() - 7):m.start()]:
         return [PrintedOutput(None, _ids(m.group("ids")), _nonfinite(content))]
     stripped = content.strip()
     if stripped[:1] in ("[", "t") and (m := _BARE_IDS.match(stripped)):
+        return [PrintedOutput(None, _ids(m.group("ids")))]
+    if stripped[:1] in ("0123456789,") and (m := _BARE_ID_LINE.match(stripped)):
         return [PrintedOutput(None, _ids(m.group("ids")))]
     if stripped[:1] in ("'", '"') and (m := _BARE_REPR.match(stripped)) and "\\n" in stripped:
         return [PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], None)]

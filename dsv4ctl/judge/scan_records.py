@@ -179,11 +179,14 @@ class RecordHandlers:
             return True
         if content.startswith("data:"):
             return self._stream_chunk(line_no, content)
-        if not any(key in content for key in _OUTPUT_KEYS):
+        if not any(key in content for key in _OUTPUT_KEYS) and not _may_be_ids(content):
             if line_no <= READ_ALL_LINES and not self._engine_ready:
                 self._labelled.add(line_no, content)  # kept aside; the line goes on to be read as it is
             return False
         found = outputs.read_outputs(content)
+        if not found and (nan := outputs.labelled_nonfinite(content)):  # log-probs listed, NaN among them
+            self._add(self.facts.nonfinite, Event(line_no, "logprob", nan[:200]), "nonfinite", cap=MAX_DIAG_EXAMPLES)
+            return True
         for printed in found:
             if printed.nonfinite:
                 self._add(self.facts.nonfinite, Event(line_no, "logprob", printed.nonfinite[:200]), "nonfinite",
@@ -388,6 +391,7 @@ class RecordHandlers:
 
 
 _OUTPUT_KEYS = ("Generated text", "CompletionOutput(", "ChatCompletionMessage(", "CompletionChoice(", "tensor([", "begin▁of▁sentence", '"choices"', '"message"', '"delta"', "_ids",
+                "'choices'", "'message'", "'delta'", "generated_text", '"text"', "'usage'", "log_prob", "logprob", "logits",
                 "token ids", "output ids",
                 "0, 0, 0, 0, 0", "\\n", "<s><s>", "<|begin_of_text|><|begin")
 
@@ -401,7 +405,14 @@ def _output_source(content: str, printed: outputs.PrintedOutput) -> str:
         return "printed_ids"
     if '"choices"' in content or '"message"' in content or '"delta"' in content:
         return "openai_json"
+    if "'choices'" in content or "'message'" in content or "'delta'" in content:
+        return "openai_dict"
     return "printed_text"
+
+
+def _may_be_ids(content: str) -> bool:
+    """A line that may be token ids printed without brackets (`7, 7, 7, ...`, a wrapped list's next line)."""
+    return content[:1] in "0123456789," and content.count(",") >= 15
 
 
 def _may_hold_level(content: str) -> bool:

@@ -47,14 +47,17 @@ def _repeated_block(units: list[str], joiner: str) -> tuple[str, int] | None:
     if n < 3 or len(set(units)) == n:
         return None  # nothing is said twice: no loop (most answers end here)
     best: tuple[int, str, int] | None = None
-    for k in range(1, min(MAX_BLOCK, n // 3) + 1):
+    for k in range(1, min(MAX_BLOCK, n // 2) + 1):
         run = 0
         for i in range(n - k):
-            if units[i] != units[i + k]:
+            last = i + k == n - 1  # the answer's last unit, maybe cut: a start of the one it repeats counts
+            if units[i] != units[i + k] and not (last and len(units[-1]) >= 4 and units[i].startswith(units[-1])):
                 run = 0
                 continue
             run += 1
-            if run >= 2 * k:
+            # three times in a row; a chat template's turns said twice and going round again to the end
+            if run >= 2 * k or (last and k >= 2 and run >= k + max(2, k // 2)
+                                and any(_TEMPLATE_TOKEN.search(u) for u in units[i - run + 1:i + 1])):
                 start = i - run + 1
                 reps = run // k + 1
                 block = units[start:start + k]
@@ -65,8 +68,13 @@ def _repeated_block(units: list[str], joiner: str) -> tuple[str, int] | None:
     return (best[1], best[2]) if best else None
 
 
+# A chat template's special tokens (`<|user|>`, `<｜Assistant｜>`, `</s>`) read as words in a loop, not as code signs:
+# an answer that echoes its template over and over is a loop.
+_TEMPLATE_TOKEN = re.compile(r"<\|[A-Za-z_]{2,24}\|>|<｜[^｜<>]{2,30}｜>|</?s>|</?think>")
+
+
 def _words(block: list[str]) -> bool:
-    visible = [ch for unit in block for ch in unit if not ch.isspace()]
+    visible = [ch for unit in block for ch in _TEMPLATE_TOKEN.sub("w", unit) if not ch.isspace()]
     letters = sum(ch.isalpha() for ch in visible)
     signs = sum(ch in _CODE_SIGNS for ch in visible)
     return bool(visible) and letters * 2 >= len(visible) and signs * 20 <= len(visible)

@@ -106,7 +106,7 @@ def text_problems(text: str, max_repeat_run: int) -> list[str]:
     if text.count("\ufffd") >= 3:
         problems.append(f"{text.count(chr(0xfffd))} replacement characters (undecodable bytes)")
     problems += _soup(text, words)
-    past_end = _past_end_of_turn(text)
+    past_end = _past_end_of_turn(text) or _think_ends(text)
     if past_end:
         problems.append(past_end)
     if not problems:
@@ -181,6 +181,21 @@ def _past_end_of_turn(text: str) -> str | None:
     if loops >= 3:
         return f"the chat template past the end of turn ({loops} tokens looping): {after[:60]!r}"
     return None
+
+
+def _think_ends(text: str) -> str | None:
+    """A reasoning model closes its thinking once per turn (`</think>`); closed >= 3 times with few words between
+    (< 40 characters, twice or more), it is stuttering through its own template, not answering turn after turn (a
+    chat transcript's thinking blocks are each followed by an answer). Quoted from the first such close."""
+    sample = text[:LOOP_WINDOW * 4]
+    if sample.count("</think>") < 3:
+        return None
+    at = [m.start() for m in re.finditer("</think>", sample)]
+    close = [a for a, b in zip(at, at[1:]) if b - a - 8 < 40]
+    if len(close) < 2:
+        return None
+    return f"the reasoning's end tag </think> said {len(at)} times, {len(close)} of them a few words apart: " \
+           f"{sample[close[0]:close[0] + 60]!r}"
 
 
 def _soup(text: str, words: list[str]) -> list[str]:
@@ -300,7 +315,10 @@ LOOP_WINDOW = 4000
 def _tail_loop(text: str) -> tuple[str, int] | None:
     """The shortest unit the answer's end repeats >= 3 times (the last repetition may be cut): (unit, repeats)."""
     s = text.rstrip()[-LOOP_WINDOW:]
+    s = s[:len(s) - len(_CLOSING.search(s).group(0))] if len(s) > 3 else s  # the quote the answer was printed in
     n = len(s)
+    if n < 8:
+        return None
     for p in range(4, min(MAX_LOOP_UNIT, n // 3) + 1):
         if s[-1] != s[-1 - p] or s[-2] != s[-2 - p]:
             continue
@@ -313,6 +331,9 @@ def _tail_loop(text: str) -> tuple[str, int] | None:
         if reps >= 3 and span >= 30 and any(ch.isalpha() for ch in unit):
             return s[i + 1:i + 1 + p], reps
     return None
+
+
+_CLOSING = re.compile(r"[\"'\u201d\u2019)\]}]{0,3}$")
 
 
 def _bos_run(text: str) -> int:
