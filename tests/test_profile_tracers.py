@@ -42,7 +42,7 @@ def spec_yaml(d: Path, name: str, profile: str) -> Path:
 
 
 @pytest.mark.parametrize("tool, line", [
-    ("rocprofv3", "rocprofv3 --kernel-trace --output-format csv --output-directory profile -- "),
+    ("rocprofv3", "rocprofv3 --kernel-trace --memory-copy-trace --output-format csv --output-directory profile -- "),
     ("hipprof", "hipprof --hip-trace -d profile -o profile/hipprof_results.csv "),
 ])
 def test_a_kernel_tracer_wraps_the_probe_and_the_script_passes_shellcheck(tmp_path, tool, line):
@@ -89,10 +89,16 @@ def test_the_tracer_s_files_are_listed_and_read_by_profile(tmp_path, monkeypatch
     line = next(l for l in Path(run.log_path).read_text().splitlines() if l.startswith("DSV4_PROFILE: "))
     marker = json.loads(line[len("DSV4_PROFILE: "):])
     assert marker["tool"] == "rocprofv3" and marker["window"] == "run" and marker["exit"] == 0
-    assert len(marker["files"]) == 1 and marker["files"][0]["file"].endswith("_kernel_trace.csv")
+    names = sorted(f["file"] for f in marker["files"])
+    assert len(names) == 2 and names[0].endswith("_kernel_trace.csv") and names[1].endswith("_memory_copy_trace.csv")
     assert Path(marker["dir"]) == Path(run.log_path).parent / "profile"
     r = cli("profile", str(run.id), "--db", str(tmp_path / "r.db"), "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output[r.output.index("{"):])
     assert data["window"] == "run" and data["device"] == "gpu"
-    assert data["kernel_us"] == pytest.approx(read_breakdown(RECORDED).kernel_us)
+    copies = 6.5 + 1.25 + 0.8  # the three rows of recorded_memory_copy_trace.csv, in us
+    kernels_only = read_breakdown(RECORDED)  # the recorded kernel trace alone (its own copy kernels included)
+    assert data["kernel_us"] == pytest.approx(kernels_only.kernel_us + copies)
+    memcpy = next(c for c in data["categories"] if c["name"] == "memcpy")
+    # one process's kernels and copies are one profile: the copies land in memcpy beside the copy kernels
+    assert memcpy["kernel_us"] == pytest.approx(kernels_only.categories["memcpy"] + copies)

@@ -1,5 +1,7 @@
 """rocprofv3's kernel traces, read into the same events as a torch trace's kernels: `kernel_trace.csv`
-(`Kernel_Name`, `Start_Timestamp`, `End_Timestamp` in ns; rocpd2csv's `out_kernel_trace.csv` too) and the JSON
+(`Kernel_Name`, `Start_Timestamp`, `End_Timestamp` in ns; rocpd2csv's `out_kernel_trace.csv` too), with the memory
+copies of `--memory-copy-trace` from its companion `<pid>_memory_copy_trace.csv` beside it (`Direction`, the same
+timestamps: one process's kernels and copies are one profile), and the JSON
 output (`{"rocprofiler-sdk-tool": [{"kernel_symbols", "buffer_records": {"kernel_dispatch", "memory_copy"}}]}`).
 No host events: a rocprof profile has categories and kernels, no modules (say so rather than guess them).
 The CSV streams row by row; the JSON is one nested object, so it is read whole and refused past MAX_JSON_BYTES."""
@@ -7,7 +9,6 @@ The CSV streams row by row; the JSON is one nested object, so it is read whole a
 from __future__ import annotations
 
 import csv
-import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +48,9 @@ def read_rocprof(path: Path, on_batch: Callable[[list[Event]], None]) -> dict[st
 
     kind = sniff(path)
     header = _read_csv(path, on_event) if kind == "csv" else _read_json(path, on_event)
+    copies = copies_of(path) if kind == "csv" else None
+    if copies is not None:
+        header["memory_copies"] = _read_copies(copies, on_event)
     if pending:
         on_batch(pending)
     return header
@@ -63,25 +67,52 @@ def _kernel(name: str, start_ns: Any, end_ns: Any, where: str, cat: str = "kerne
     return Event(ph="X", cat=cat, name=name, ts=start / 1000.0, dur=(end - start) / 1000.0)
 
 
+KERNEL_CSV = "kernel_trace.csv"
+COPY_CSV = "memory_copy_trace.csv"
+COPY_NEEDS = ("Direction", "Start_Timestamp", "End_Timestamp")
+
+
+def copies_of(path: Path) -> Path | None:
+    """The memory copy trace rocprofv3 wrote beside a kernel trace (`7_kernel_trace.csv` -> `7_memory_copy_trace.csv`),
+    if there is one."""
+    if not path.name.endswith(KERNEL_CSV):
+        return None
+    sibling = path.with_name(path.name[:-len(KERNEL_CSV)] + COPY_CSV)
+    return sibling if sibling.is_file() else None
+
+
+def _read_copies(path: Path, on_event: Callable[[Event], None]) -> int:
+    """A memory copy trace's rows as gpu_memcpy events named by direction (`Memcpy HOST_TO_DEVICE`); how many."""
+    rows = csv.DictReader(_lines(path))
+    missing = [c for c in COPY_NEEDS if c not in (rows.fieldnames or [])]
+    if missing:
+        raise TraceError(f"{path}: not a rocprofv3 memory copy trace (no {', '.join(missing)} column)")
+    n = 0
+    for line, row in enumerate(rows, start=2):
+        direction = (row.get("Direction") or "").removeprefix("MEMORY_COPY_") or "copy"
+        on_event(_kernel("Memcpy " + direction, row.get("Start_Timestamp"), row.get("End_Timestamp"),
+                         f"{path}:{line}", "gpu_memcpy"))
+        n += 1
+    return n
+
+
+def _lines(path: Path):
+    """A CSV file's lines, streamed in chunks (gunzipped when it is gzip)."""
+    read, rest = open_chunks(path), ""
+    while True:
+        chunk = read()
+        if not chunk:
+            if rest:
+                yield rest
+            return
+        lines = (rest + chunk).split("\n")
+        rest = lines.pop()
+        yield from (line + "\n" for line in lines)
+
+
 def _read_csv(path: Path, on_event: Callable[[Event], None]) -> dict[str, Any]:
-    read = open_chunks(path)
 
-    class _Lines(io.TextIOBase):
-        def __init__(self) -> None:
-            self.rest = ""
-
-        def __iter__(self):
-            while True:
-                chunk = read()
-                if not chunk:
-                    if self.rest:
-                        yield self.rest
-                    return
-                lines = (self.rest + chunk).split("\n")
-                self.rest = lines.pop()
-                yield from (line + "\n" for line in lines)
-
-    rows = csv.DictReader(_Lines())
+    rows = csv.DictReader(_lines(path))
     missing = [c for c in CSV_NEEDS if c not in (rows.fieldnames or [])]
     if missing:
         raise TraceError(f"{path}: not a rocprofv3 kernel trace (no {', '.join(missing)} column)")

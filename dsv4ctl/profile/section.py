@@ -50,7 +50,8 @@ class ProfileSpec(BaseModel):
 
     def tracer(self) -> tuple[str, ...]:
         """The kernel tracer's command line put before the probe's (none for torch). Output goes to ./profile/
-        (the job's directory): rocprofv3 as CSV (`<host>/<pid>_kernel_trace.csv`, one per process), hipprof as
+        (the job's directory): rocprofv3 as CSV (`<host>/<pid>_kernel_trace.csv`, one per process, and its
+        `<pid>_memory_copy_trace.csv`), hipprof as
         rocprof v1 does with `--hip-trace` (`hipprof_results.json`, chrome-tracing JSON)."""
         return TRACERS.get(self.tool, ())
 
@@ -59,7 +60,7 @@ TORCH_ONLY = frozenset({"skip_steps", "steps", "with_stack", "record_shapes"})
 # One place for each tracer's command line (kept to flags both the ROCm 6.x and 7.x rocprofv3 take; `csv`, because
 # from ROCm 7 the default output is rocpd SQLite, which dsv4ctl does not read).
 TRACERS: dict[str, tuple[str, ...]] = {
-    "rocprofv3": ("rocprofv3", "--kernel-trace", "--output-format", "csv",
+    "rocprofv3": ("rocprofv3", "--kernel-trace", "--memory-copy-trace", "--output-format", "csv",
                   "--output-directory", "profile", "--"),
     "hipprof": ("hipprof", "--hip-trace", "-d", "profile", "-o", "profile/hipprof_results.csv"),
 }

@@ -66,7 +66,7 @@ def stop(llm, spec: dict[str, Any]) -> None:
 
 # The trace files dsv4ctl reads (dsv4ctl/profile/sources.py TRACE_GLOBS): torch's, rocprofv3's CSV
 # (`<host>/<pid>_kernel_trace.csv`), hipprof's JSON (`hipprof_results.json`). ./profile/ holds one tool's output.
-TRACE_FILES = ("*.pt.trace.json*", "*kernel_trace.csv", "*_results.json")
+TRACE_FILES = ("*.pt.trace.json*", "*kernel_trace.csv", "*memory_copy_trace.csv", "*_results.json")
 
 
 def _report(tool: str, window: str, max_mb: int, extra: dict[str, Any]) -> None:
