@@ -102,3 +102,19 @@ def test_the_tracer_s_files_are_listed_and_read_by_profile(tmp_path, monkeypatch
     memcpy = next(c for c in data["categories"] if c["name"] == "memcpy")
     # one process's kernels and copies are one profile: the copies land in memcpy beside the copy kernels
     assert memcpy["kernel_us"] == pytest.approx(kernels_only.categories["memcpy"] + copies)
+
+
+def test_a_broken_memory_copy_companion_is_one_clear_error(tmp_path):
+    """A kernel trace's companion that is not a memory copy trace (cut, another CSV) is refused in one line, naming
+    the file, rather than read as kernels or skipped silently (a profile would lose its copies)."""
+    from dsv4ctl.profile.reader import TraceError
+
+    kernels = tmp_path / "77_kernel_trace.csv"
+    kernels.write_text(RECORDED.read_text())
+    (tmp_path / "77_memory_copy_trace.csv").write_text('"Kind","Stream_Id"\n"MEMORY_COPY",0\n')
+    with pytest.raises(TraceError, match=r"77_memory_copy_trace\.csv: not a rocprofv3 memory copy trace"):
+        read_breakdown(kernels)
+    (tmp_path / "77_memory_copy_trace.csv").write_text(
+        '"Kind","Direction","Start_Timestamp","End_Timestamp"\n"MEMORY_COPY","MEMORY_COPY_HOST_TO_DEVICE",90,40\n')
+    with pytest.raises(TraceError, match="ends before it starts"):
+        read_breakdown(kernels)
