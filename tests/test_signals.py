@@ -99,7 +99,7 @@ def test_a_wall_of_500s_is_an_engine_death_and_yields_to_the_engine_error():
                    for i in range(8))
     alone = verdict_of(wall)
     assert (alone.status, alone.first_blocker.kind, alone.first_blocker.line) == ("crashed", "http_500", 1)
-    assert "8 requests answered 500" in alone.first_blocker.message
+    assert "8 requests answered with a server error" in alone.first_blocker.message
     engine = verdict_of("ERROR 01-02 03:04:05 [core.py:9] RuntimeError: CUDA error: an illegal memory access was "
                         "encountered\n" + wall)
     assert (engine.status, engine.first_blocker.line) == ("device_error", 1)

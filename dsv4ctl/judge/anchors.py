@@ -16,7 +16,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"memory pressure", b"Check failed", b"Lmod has detected", b"command not found",
     # fatal signals and runtime faults printed as bare text (Ascend's mostly carry an ERROR/Error/ error anchor)
     b"SIG", b"dumped", b"Segmentation", b"after throwing", b"Killed", b"exit code", b"NVRM", b"amdgpu",
-    b"Illegal instruction", b"Bus error", b"Aborted",
+    b"Illegal instruction", b"Bus error", b"Aborted", b"segfault at", b"NCCL WARN", b"Test NCCL failure",
+    b"cannot find -l",
     b"Generated text", b"CompletionOutput(", "begin▁of▁sentence｜><｜begin".encode(),
 )
 # Anchors dropped once the probe says the engine is ready (ENGINE_READY, `### STAGE: generate`): vLLM's engine-start

@@ -35,12 +35,14 @@ _ASCEND = (r"aicore (?:exception|error|execution)|exception of \w+ aicore error|
            r"|NPU function error|runtime result = 5\d{5}|error code is 5\d{5}|\brt\w+ failed: 5\d{5}"
            # the runtime's error codes at a line's start (`EJ0001: ... Failed to initialize the HCCP process`), its
            # task-exception report (`ReportExceptProc:Task exception! ... retCode=0x91`)
-           r"|^E[A-Z]\d{4}: \S|ReportExceptProc|Task exception! device_id|the model stream execute failed")
+           r"|^E[A-Z]\d{4}: \S|ReportExceptProc|Task exception! device_id|the model stream execute failed"
+           r"|\w\(E[A-Z]\d{4}\): \S")  # a code after its name: `Get_Socket_Timeout(EI0006): Getting socket ...`
 _XID = r"NVRM: Xid|\bXid \(PCI:|fallen off the bus"
 # The amdgpu kernel driver's fault reports (dmesg): a GPU page fault, its VM_L2 protection fault status, a ring
 # that timed out, a GPU reset.
 _AMDGPU = (r"amdgpu\b.{0,80}?(?:\[\w+hub\] (?:no-)?retry page fault|page fault \(src_id|VM_L2_PROTECTION_FAULT"
-           r"|from IH client 0x\w+ \(UTCL2\)|ring \S+ timeout|GPU reset begin|GPU fault detected)")
+           r"|from IH client 0x\w+ \(UTCL2\)|ring \S+ timeout|GPU reset begin|GPU fault detected"
+           r"|\*ERROR\*|: Failed to (?:map|pin|alloc|create|init)\w* )")
 # Tenstorrent's tt-metal runtime asserts (`TT_THROW: ...`, `TT_FATAL`, records citing its assert.hpp).
 _TT = r"\bTT_(?:THROW|FATAL)\b|\(assert\.hpp:\d+\)"
 
@@ -59,7 +61,7 @@ EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|DistNetworkError|DistStoreError|c10d|TCPStore|Connection closed by peer|Connection reset by peer"
         r"|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|barrier timed out")),
     ("device", re.compile(
-        r"HIP error|CUDA error|Cuda error|hipError\w+|cudaError\w+|illegal memory access|illegal instruction"
+        r"HIP error(?!s)|CUDA error(?!s)|Cuda error(?!s)|hipError\w+|cudaError\w+|illegal memory access|illegal instruction"
         r"|[Dd]evice-side assert(?!ions\.)|HSA_STATUS_ERROR|Memory access fault|VMFault|no kernel image is available"
         r"|invalid device function|misaligned address|unspecified launch failure|CUBLAS_STATUS_(?!SUCCESS)\w+"
         r"|CUDNN_STATUS_(?!SUCCESS)\w+|rocblas_status_(?!success)\w+|hipblaslt error|AcceleratorError"
@@ -90,7 +92,17 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("device", "amdgpu_fault", re.compile(_AMDGPU)),
     ("device", "ascend_error", re.compile(_ASCEND)),
     ("device", "runtime_assert", re.compile(_TT)),
+    # the CUDA runtime's words for its errors, wherever a program printed them (a server's status table, a log record)
+    # (not where `CUDA error:` names them: exceptions and their reprs are read as such, with their tracebacks)
+    ("device", "cuda_error_text", re.compile(
+        r"^(?!.*(?:CUDA|Cuda|HIP) error).*?(?:the provided PTX was compiled with an unsupported toolchain|no kernel image is available for execution"
+        r"|an illegal memory access was encountered|unspecified launch failure|device-side assert triggered"
+        r"|cudaError[A-Z]\w+ \(error \d+\))")),
     ("collective", "collective_timeout", re.compile(r"Watchdog caught collective operation timeout")),
+    # nccl-tests / rccl-tests: `host: Test NCCL failure common.cu:1285 'internal error ...'`; NCCL's own warnings
+    # that a connection or a call failed (`NCCL WARN socketStartConnect: Connect to ... failed`)
+    ("collective", "collective_error", re.compile(r"\bTest NCCL failure \S+ '|\bNCCL WARN .{0,200}?(?:[Ff]ailed|[Ee]rror"
+                                                  r"|[Tt]imeout|[Tt]imed out|[Aa]bort)")),
     ("collective", "collective_error", re.compile(r"ncclInternalError|ncclSystemError|ncclUnhandledCudaError"
                                                   r"|NCCL error in:")),
     ("worker_death", "worker_died", re.compile(r"died unexpectedly|A worker died or was killed|\bpid \d+ died, exit code: -?\d+"
@@ -98,6 +110,13 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
                                                r"|Engine process \(pid \d+\) died")),  # V0 serve's MQLLMEngine
     ("worker_death", "fatal_check", re.compile(r"\bCheck failed: ")),  # a C++ process's fatal CHECK (glog, Ray)
     ("setup", "setup_error", re.compile(r"Lmod has detected the following error|: command not found$")),
+    # argparse's last words (`vllm: error: unrecognized arguments: --omni`), pydantic's (`Value error, ...`)
+    ("config", "usage_error", re.compile(r"^[\w./\-]+: error: (?:unrecognized arguments|argument |the following "
+                                         r"arguments are required|invalid choice)|^\s*Value error, \S")),
+    # a link that failed (an extension or a JIT kernel built at start-up: `ld: cannot find -lcuda`)
+    ("compile", "link_error", re.compile(r"(?:^|/)ld(?:\.\w+)?: cannot find -l\S+|collect2: error: ld returned")),
+    # vLLM's profile run left nothing for the KV cache
+    ("oom", "kv_cache_negative", re.compile(r"Available KV cache memory: -\d")),
     # A container that never started (docker's daemon refusing the GPU request), a build that failed (pip, CMake).
     ("setup", "container_error", re.compile(r"^(?:docker: )?Error response from daemon: |nvidia-container-cli: \w+ error")),
     ("setup", "build_error", re.compile(r"^\s*(?:CMake Error at |ninja: build stopped: |ERROR: Failed building wheel for )")),
@@ -105,6 +124,8 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     # Rust panic.
     ("signal", "runtime_panic", re.compile(r"^panic: \S|^runtime error: |^fatal error: [a-z]"
                                             r"|^thread '[^']*' panicked at ")),
+    # A Rust launcher's main returning its error (TGI's `Error: WebserverFailed`, `Error: ShardCannotStart`)
+    ("worker_death", "launcher_error", re.compile(r"^Error: [A-Z][a-z]+[A-Z]\w*$")),
     ("oom", "oom_kill", re.compile(r"Out of memory: Kill(?:ed)? process|invoked oom-killer|oom_kill_process"
                                    r"|^srun: error: \S+: tasks? [\d,\-]+: Out Of Memory")),
     ("signal", "fatal_signal", re.compile(
@@ -112,6 +133,8 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"|\*\*\* ?SIG(?:SEGV|ABRT|BUS|FPE|ILL)\b|\bSIG(?:SEGV|ABRT|BUS|FPE|ILL)\b(?: \(@[^)]*\))? received"
         r"|received signal SIG(?:SEGV|ABRT|BUS|FPE|ILL)|[Cc]aught signal \d+ \(SIG|Segmentation fault|core dumped"
         r"|terminate called after throwing an instance of|signal (?:11|6) \(SIG(?:SEGV|ABRT)\)"
+        # the kernel's own report (dmesg / journal): `python[4242]: segfault at 7f00 ip 00007f.. sp .. error 4 in ...`
+        r"|\bsegfault at [0-9a-f]+ ip [0-9a-f]+ sp [0-9a-f]+ error \d+"
         # MPI launchers: Open MPI's `*** Process received signal ***` / `Signal: Aborted (6)`, MPICH's banner
         r"|\*\*\* Process received signal \*\*\*|^(?:\[[^\]]*\] )?Signal: [A-Z][a-z]+(?: [a-z]+)* \(\d+\)"
         r"|BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
@@ -124,7 +147,7 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"(?: \(core dumped\))?$")),
     ("signal", "killed", re.compile(
         r"^(?:zsh: |\[\d+\] +\d+ )killed +\S|^Killed$|[\]|]Killed$|^(?:\S+: )?line \d+: +\d+ Killed\b|^\[\d+\]\+? +Killed +\S|exit(?:ed)? (?:with )?(?:status|code)[:= ]+137\b"
-        r"|exitcode ?[:=] ?-9\b|signal 9 \(SIGKILL\)|received SIGKILL|[Kk]illed by signal 9\b|^=\s+EXIT CODE: (?:9|137)$")),
+        r"|exitcode ?[:=] ?-9\b|[Ss]ignal 9 \(SIGKILL\)|received SIGKILL|return ?code ?[:=]? ?-9\b|[Kk]illed by signal 9\b|^=\s+EXIT CODE: (?:9|137)$")),
 )
 
 # The scheduler's own words in the log (slurmstepd): (kind, family, pattern). First match wins.
@@ -149,6 +172,7 @@ WRAPPERS = re.compile(
     r"|failed with exit code|Subprocess .* (?:failed|died)|Engine background task failed"
     r"|Future exception was never retrieved|Exception in callback|Task exception was never retrieved"
     r"|Exception in ASGI application"  # uvicorn's header over the request's traceback
+    r"|ChildFailedError"  # torchrun's report that a child failed: the child's own words say why
     r"|The Inner error is reported as above"  # Ascend's PyTorch adapter: the E-code lines hold the error
     # Timeouts of a process waiting on another: the echo of a hang or a death elsewhere.
     r"|RPC call to \w+ timed out|^asyncio\.(?:exceptions\.)?TimeoutError$")
@@ -180,9 +204,10 @@ def names_error(text: str) -> bool:
     return bool(NAMES_ERROR.search(text))
 
 
-def error_record(level: str | None, content: str) -> str | None:
-    """The message of an ERROR/CRITICAL logger record that names an error, else None. `level` is the logger head's
-    level when the scanner took one off; otherwise a level token in the text itself is looked for."""
+def error_record(level: str | None, content: str, by_level: bool = False) -> str | None:
+    """The message of an ERROR/CRITICAL logger record that names an error (any, `by_level`), else None. `level` is
+    the logger head's level when the scanner took one off; otherwise a level token in the text itself is looked
+    for."""
     if level is not None:
         message = content if level in ERROR_LEVELS else None
     else:
@@ -192,7 +217,8 @@ def error_record(level: str | None, content: str) -> str | None:
         return None
     message = message.strip()
     # A critical or fatal record is an error by its level alone (tt-metal's `| critical | Read unexpected ...`).
-    return message if len(message) >= 8 and (names_error(message) or level in ("CRITICAL", "FATAL")) else None
+    return message if len(message) >= 8 and (by_level or names_error(message) or level in ("CRITICAL", "FATAL")) \
+        else None
 
 
 def signature_family(text: str) -> str | None:

@@ -5,9 +5,10 @@ its level somewhere in the first columns, and that level is what says whether th
 chatter. Recognised, in the first 120 characters:
 
   delimited anywhere   `[ERROR]`, `[error]`, `(Error)`, `<ERROR>`, `| critical |` (loguru, tt-metal), ` - ERROR - `
-                       (Python logging after the logger's name), `::ERROR -->` (InvokeAI)
+                       (Python logging after the logger's name), `::ERROR -->` (InvokeAI), `level=ERROR` (logfmt)
   first word           `ERROR something`, `ERROR: something`, `error: something`, `Error: something`, after only a
-                       timestamp, `[tags]` or `(process)` tags: `2026-08-07T18:25:43Z ERROR xinference.core ...`
+                       timestamp, `[tags]` or `(process)` tags: `2026-08-07T18:25:43Z ERROR xinference.core ...`,
+                       `1:03PM ERR ...` (zerolog's console writer)
   after a logger name  `2024-10-25 12:21:14,974 xinference.api 37502 ERROR    ...` (a timestamp, a name, a pid)
   one letter           `E`, `F`, `W`, `I` after a timestamp (llama.cpp / llama-box: `0.17.512.848 E CUDA error`)
 
@@ -26,7 +27,8 @@ _WORD = r"ERROR|ERR|CRITICAL|CRIT|FATAL|WARNING|WARN|INFO|DEBUG|TRACE|NOTICE"
 _ANY_CASE = rf"(?i:{_WORD})"
 # Delimited on both sides: a level wherever it stands in the head of the line.
 _DELIMITED = re.compile(rf"\[\s{{0,8}}(?P<a>{_ANY_CASE})\s{{0,8}}\]|\(\s?(?P<b>{_ANY_CASE})\s?\)|<(?P<c>{_ANY_CASE})>"
-                        rf"|\|\s{{1,8}}(?P<d>{_ANY_CASE})\s{{1,8}}\||\s-\s(?P<e>{_WORD})\s-\s|::(?P<f>{_WORD})\b")
+                        rf"|\|\s{{1,8}}(?P<d>{_ANY_CASE})\s{{1,8}}\||\s-\s(?P<e>{_WORD})\s-\s|::(?P<f>{_WORD})\b"
+                        rf"|(?:^|\s)level=(?P<g>{_ANY_CASE})\b")  # logfmt (Go's slog, ollama: `level=ERROR source=...`)
 # A first word: upper case, or any case followed by a colon.
 _FIRST_WORD = re.compile(rf"(?<![\w.\-])(?:(?P<a>{_WORD})(?=:|\s)|(?P<b>(?i:error|fatal|critical|warning|info)):\s)")
 _LETTER = re.compile(r"(?<=\d )(?P<a>[EFWID]) +(?=\S)")
@@ -35,7 +37,8 @@ _LETTER = re.compile(r"(?<=\d )(?P<a>[EFWID]) +(?=\S)")
 _AFTER_NAME = re.compile(rf"^\[?\d{{4}}-\d{{2}}-\d{{2}}[ T][\d:.,]+\]?\s+[A-Za-z_][\w.\-]*(?:\s+\d+)?\s+"
                          rf"(?P<a>{_WORD})(?=\s)")
 # What may stand before a first-word level: timestamps, [tags], (process) tags, pid=N, separators.
-_PREFIX_PARTS = re.compile(r"\[[^\]]{0,80}\]|\([^)]{0,80}\)|pid[=:]\d+|\d[\d:.,\-/T]*Z?")
+_PREFIX_PARTS = re.compile(r"\[[^\]]{0,80}\]|\([^)]{0,80}\)|pid[=:]\d+|\d{1,2}:\d{2}(?::\d{2})?[AP]M\b"
+                           r"|\d[\d:.,\-/T]*Z?")  # a 12-hour time (zerolog's `1:03PM ERR ...`)
 HEAD_CHARS = 120
 
 

@@ -19,7 +19,8 @@ BOS_TEXTS = (BOS_TEXT, "<s>", "<|begin_of_text|>")
 MAX_TEXT = 1 << 16  # characters of one output kept for judging (the rules look at its head and its end)
 
 _STRING = r"(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
-GENERATED = re.compile(r"Generated text: ?(?P<lit>" + _STRING + ")")
+GENERATED = re.compile(r"Generated text: ?(?P<lit>" + _STRING + ")"
+                       r"|^Output \[Text \d+ Beam \d+\]: (?P<trt>\"(?:[^\"\\]|\\.)*\")")  # TensorRT-LLM's run.py
 COMPLETION = re.compile(r"CompletionOutput\(index=\d+, text=(?P<lit>" + _STRING + r")(?:, token_ids=(?:array\('l', )?"
                         r"[\[(](?P<ids>[-\d,\s]*)[\])])?")
 # The openai client's objects printed: `ChatCompletionMessage(content='...', ...)`, `CompletionChoice(..., text='...')`.
@@ -48,8 +49,12 @@ _NATIVE = re.compile(r"""^\[?\{\s*"text"\s*:\s*"(?P<s>(?:[^"\\]|\\.)*)"""
                      r"""|["'\u2018\u2019]generated_text["'\u2018\u2019]\s*:\s*(?P<lit>""" + _STRING + ")"
                      r"""|^\[?\{\s*["'\u2018\u2019]text["'\u2018\u2019]\s*:\s*(?P<lit2>""" + _STRING + r")(?=,\s*'usage')")
 # NaN/inf printed where log-probs or logits are listed: `all_log_probs: [tensor([nan], ...`, `logits = tensor([[nan,`.
+# Also a training or scoring step's metrics dict (the transformers Trainer's `{'loss': 0.0, 'grad_norm': nan, ...}`,
+# TRL's `'logits/chosen': nan`, `'rewards/margins': inf`): the run's numbers went non-finite.
 _LABELLED_NONFINITE = re.compile(r"""(?:log_?probs?|logits)\w*["']?\s*[=:]\s*(?:[\[(]\s*)*(?:tensor\(\s*)?"""
-                                 r"""(?:\[\s*)*(?P<v>-?(?:nan|inf))\b\]?""", re.I)
+                                 r"""(?:\[\s*)*(?P<v>-?(?:nan|inf))\b\]?"""
+                                 r"""|["'](?:loss|grad_norm|(?:logits|logps|rewards)/\w+|\w*_loss)["']\s*:\s*"""
+                                 r"""(?:tensor\()?(?P<m>-?(?:nan|inf))\b""", re.I)
 _SSE = re.compile(r"^data: ?(?P<body>\{.*)$")
 # After an empty content: the tool calls the message made instead (`, tool_calls=[ChatCompletionMessageToolCall(`
 # in the client's repr, `"tool_calls": [{` in JSON): a tool call is an answer, not an empty one.
@@ -139,7 +144,8 @@ def read_outputs(content: str) -> list[PrintedOutput]:
         return found
     m = GENERATED.search(content)
     if m:
-        return [PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], None, _nonfinite(content))]
+        text = literal(m.group("lit")) if m.group("lit") else m.group("trt")[1:-1]  # run.py prints the text bare
+        return [PrintedOutput(text[:MAX_TEXT], None, _nonfinite(content))]
     if '"choices"' in content or '"message"' in content or '"delta"' in content:
         for m in _JSON_ANSWER.finditer(content):
             body = m.group("s") if m.group("s") is not None else m.group("t")

@@ -23,6 +23,7 @@ SHARE = 0.6  # a learned prefix must start at least this share of the sample's l
 MAX_PREFIX = 96
 
 _DIGITS = re.compile(r"\d+")
+_TWO_WORDS = re.compile(r"\b[a-z]{2,} [a-z]{2,} ")  # `segfault at `: prose, where transports write tags and times
 # Known outer shapes, tried when the log's lines do not share one literal shape (several services, pods...).
 KNOWN_OUTER: tuple[re.Pattern[str], ...] = (
     re.compile(r"^[\w.\-]+\s+\| "),  # docker compose, several services
@@ -143,6 +144,9 @@ def _shared_shape(sample: list[str]) -> re.Pattern[str] | None:
     cut = best.find("(")
     if cut >= 0:
         best = best[:cut]
+    words = _TWO_WORDS.search(best)  # a message's words, said on every line (a fault repeated), are not a prefix
+    if words:
+        best = best[:words.start()]
     if " " not in best:
         return None
     best = best[:best.rfind(" ") + 1]

@@ -161,8 +161,9 @@ def main_path_errors(facts: LogFacts) -> list[Blocker]:
                        wrapper=classify.is_wrapper(e.text)) for e in facts.logged_errors]
     if facts.http_500_count >= HTTP_500_WALL:
         first = facts.http_500_first
-        errors.append(Blocker(first.line, "http_500", f"{facts.http_500_count} requests answered 500 Internal Server "
-                              f"Error (the engine behind the server died): {first.text}", process=first.process,
+        errors.append(Blocker(first.line, "http_500", f"{facts.http_500_count} requests answered with a server error "
+                              f"(500/502/503/504: the engine behind the server died or never answered): {first.text}",
+                              process=first.process,
                               family="worker_death", evidence=[first.text], wrapper=True))
     errors += [_traceback_blocker(tb) for tb in facts.tracebacks if not tb.noise]
     # The scheduler's OOM kill, when it comes first, explains the errors printed after it (a workflow tool's

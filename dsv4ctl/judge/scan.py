@@ -240,9 +240,11 @@ class LogParser(RecordHandlers):
             if line_no <= READ_ALL_LINES and "nan" in frame and not self._engine_ready:
                 self._nan_rows.add(line_no, frame)  # the whole row: a prefix learned from its numbers is no head
             self._dispatch(line_no, heads, buf, start)
-            if (self._bare and heads.content == outer and line_no <= READ_ALL_LINES and not self._engine_ready
-                    and not plaintext.PROGRESS.search(outer)):
-                self._plain.add(line_no, heads.content)  # no process tag, no logger head, not a progress bar
+            if (self._bare and heads.level is None and heads.where is None and line_no <= READ_ALL_LINES
+                    and not self._engine_ready and not plaintext.PROGRESS.search(outer)):
+                # no logger head, not a progress bar; a process tag may stand before it (a Ray actor's stdout,
+                # `(TaskRunner pid=7) ...`, is what the script in it printed)
+                self._plain.add(line_no, heads.content)
             else:
                 self._plain.end()
 
@@ -261,7 +263,8 @@ class LogParser(RecordHandlers):
 
     def _records_above(self, proc: str | None, buf: bytes, start: int, line_no: int) -> list[tuple[int, str]]:
         """ERROR/CRITICAL records naming an error among the few lines of the same process above `start`, nearest
-        first, as (line, message). Stops at an earlier traceback's frames."""
+        first, as (line, message); the record just above the header counts by its level alone (Python's
+        `logger.exception` prints its message, then the traceback). Stops at an earlier traceback's frames."""
         found: list[tuple[int, str]] = []
         end = start - 1
         for back in range(1, RECORDS_ABOVE + 1):
@@ -278,6 +281,8 @@ class LogParser(RecordHandlers):
             message = classify.error_record(heads.level, content)
             if message is None and heads.level in classify.ERROR_LEVELS and _orphan_exception(content):
                 message = content.strip()
+            if message is None and back == 1:  # `logger.exception(msg)`: the record just above says what failed
+                message = classify.error_record(heads.level, content, by_level=True)
             if message:
                 found.append((line_no - back, message[:1000]))
         return found
@@ -335,7 +340,7 @@ class LogParser(RecordHandlers):
                     self._add(facts.scheduler_events, Event(line_no, kind, content.strip()[:500], proc, family),
                               "scheduler_events")
                     return
-        if "500" in content and _HTTP_500.search(content):
+        if " 50" in content and _HTTP_500.search(content):
             facts.http_500_count += 1
             if facts.http_500_first is None:
                 facts.http_500_first = Event(line_no, "http_500", content.strip()[:300], proc)

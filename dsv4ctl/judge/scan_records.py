@@ -42,7 +42,9 @@ _PREFIX_PARTS = re.compile(r"\[[^\]]{0,80}\]|\([^)]{0,80}\)|\b(?:ERROR|CRITICAL|
 # failed holds the exception only as its repr.
 _EXCEPTION_REPR = re.compile(r"exception=(?:[\w.]+\([\w.]+\))?\(?(?P<type>[\w.]*(?:Error|Exception))\((?P<q>['\"])"
                              r"(?P<msg>.{1,1000}?)(?P=q)\)")
-_HTTP_500 = re.compile(r'HTTP/[\d.]+" 500\b|\b500 Internal Server Error')
+# A server's 5xx answers: 500 (its engine died), 502/503/504 (nothing behind it answers: down, or gone).
+_HTTP_500 = re.compile(r'HTTP/[\d.]+"? 50[0234]\b|\b(?:500 Internal Server Error|502 Bad Gateway|503 Service Unavailable'
+                       r'|504 Gateway Time-?out)')
 _MODEL_LOAD = re.compile(r"Model loading took (?P<gib>[0-9.]{1,20}) GiB(?: memory)? and (?P<s>[0-9.]{1,20}) seconds")
 _KV_TOKENS = re.compile(r"(?P<pool>[A-Za-z +]+?) KV cache size: (?P<n>[0-9,]{1,24}) tokens")
 _INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<s>[0-9.]{1,20}) s")
@@ -390,8 +392,9 @@ class RecordHandlers:
             facts.dropped["tracebacks"] = facts.dropped.get("tracebacks", 0) + 1
 
 
-_OUTPUT_KEYS = ("Generated text", "CompletionOutput(", "ChatCompletionMessage(", "CompletionChoice(", "tensor([", "begin▁of▁sentence", '"choices"', '"message"', '"delta"', "_ids",
+_OUTPUT_KEYS = ("Generated text", "Beam ", "CompletionOutput(", "ChatCompletionMessage(", "CompletionChoice(", "tensor([", "begin▁of▁sentence", '"choices"', '"message"', '"delta"', "_ids",
                 "'choices'", "'message'", "'delta'", "generated_text", '"text"', "'usage'", "log_prob", "logprob", "logits",
+                "'loss'", "grad_norm", "_loss'", "'rewards/", "'logps/",
                 "token ids", "output ids",
                 "0, 0, 0, 0, 0", "\\n", "<s><s>", "<|begin_of_text|><|begin")
 

@@ -106,7 +106,7 @@ def text_problems(text: str, max_repeat_run: int) -> list[str]:
     if text.count("\ufffd") >= 3:
         problems.append(f"{text.count(chr(0xfffd))} replacement characters (undecodable bytes)")
     problems += _soup(text, words)
-    past_end = _past_end_of_turn(text) or _think_ends(text)
+    past_end = _past_end_of_turn(text) or _think_ends(text) or _turns_said_again(text)
     if past_end:
         problems.append(past_end)
     if not problems:
@@ -180,6 +180,31 @@ def _past_end_of_turn(text: str) -> str | None:
             loops += 1
     if loops >= 3:
         return f"the chat template past the end of turn ({loops} tokens looping): {after[:60]!r}"
+    return None
+
+
+# A turn's start in the common chat templates: the role it opens (ChatML, Zephyr/ChatGLM `<|user|>`, Llama 3).
+_TURN = re.compile(r"<\|im_start\|>\s*(?P<a>user|assistant)\b|<\|(?P<b>user|assistant)\|>"
+                   r"|<\|start_header_id\|>(?P<c>user|assistant)<\|end_header_id\|>")
+
+
+def _turns_said_again(text: str) -> str | None:
+    """The model writing the conversation on past its own turn: a user turn and an assistant turn each said word
+    for word twice or more (a prompt printed whole holds each turn once; people do not ask the same thing twice)."""
+    sample = text[:LOOP_WINDOW * 4]
+    marks = list(_TURN.finditer(sample))
+    if len(marks) < 4:
+        return None
+    said: dict[tuple[str, str], int] = {}
+    for m, after in zip(marks, marks[1:] + [None]):
+        role = m.group("a") or m.group("b") or m.group("c")
+        body = _SPECIAL.split(sample[m.end():after.start() if after else None], 1)[0].strip()
+        if len(body) >= 8:
+            said[(role, body)] = said.get((role, body), 0) + 1
+    again = {role: body for (role, body), n in said.items() if n >= 2}
+    if "user" in again and "assistant" in again:
+        return f"the chat template said again: the user's turn {quoted(again['user'][:40])} and the answer " \
+               f"{quoted(again['assistant'][:40])} each twice or more"
     return None
 
 
