@@ -3,7 +3,7 @@
 
     python3 benchmarks/corpus/manifest.py build [HARVEST_DIR]   # write manifest.json from the case folders
     python3 benchmarks/corpus/manifest.py check [HARVEST_DIR]   # re-harvested folders match the manifest?
-    python3 benchmarks/corpus/manifest.py fresh harvest3|coherent3   # a fresh all-held-out set -> <set>-manifest.json
+    python3 benchmarks/corpus/manifest.py fresh harvest3|harvest4|harvest5|coherent3|coherent4   # a fresh set
 
 HARVEST_DIR defaults to corpus-local/harvest (git-ignored: the raw.log files are third-party text). Each case lives
 in HARVEST_DIR/<split>/<case>/ with raw.log and meta.json.
@@ -85,16 +85,19 @@ def check(root):
     return bad == 0
 
 
-FRESH = {  # a set harvested after the rules had been tuned on the earlier held-out set: all of it held out
-    "harvest3": ("heldout3-manifest.json", "failing and clean job logs"),
-    "coherent3": ("coherent3-manifest.json", "coherent model outputs"),
+FRESH = {  # sets harvested after the rules had been tuned on the first held-out set: (manifest, what, split)
+    "harvest3": ("heldout3-manifest.json", "failing and clean job logs", "heldout"),
+    "harvest4": ("tuning4-manifest.json", "failing and clean job logs", "tuning"),
+    "harvest5": ("tuning5-manifest.json", "failing and clean job logs", "tuning"),
+    "coherent3": ("coherent3-manifest.json", "coherent model outputs", "heldout"),
+    "coherent4": ("coherent4-manifest.json", "coherent model outputs", "heldout"),
 }
 
 
 def fresh(kind):
     """Write the manifest of corpus-local/<kind>/heldout/: every case held out, pinned by hashes, no text."""
-    name, what = FRESH[kind]
-    root = os.path.join(ROOT, "corpus-local", kind, "heldout")
+    name, what, split = FRESH[kind]
+    root = os.path.join(ROOT, "corpus-local", kind, split)
     cases, urls = [], set()
     for case in sorted(os.listdir(root)):
         d = os.path.join(root, case)
@@ -104,18 +107,19 @@ def fresh(kind):
         raw = open(os.path.join(d, "raw.log"), encoding="utf-8").read()
         src = {k: meta["source"].get(k) for k in ("repo", "kind", "number", "url", "title", "turn")}
         urls.add(src["url"])
-        if kind == "harvest3":
+        if kind.startswith("harvest"):
             e = entry(d)
-            e["split"] = "heldout"
+            e["split"] = split
         else:
-            e = {"name": case, "split": "heldout", **{k: meta.get(k) for k in ("shape", "language", "features",
+            e = {"name": case, "split": split, **{k: meta.get(k) for k in ("shape", "language", "features",
                                                                                "outputs")},
                  "source": src, "raw_sha256": sha(raw), "raw_bytes": len(raw.encode("utf-8")),
                  "raw_lines": len(raw.splitlines()), "query": meta.get("query"), "labels": meta["labels"]}
         cases.append(e)
-    doc = {"what": f"{what} from public threads (a fresh held-out set, issue 21): verbatim text kept outside the repo "
-                   f"under corpus-local/{kind}/heldout/<case>/raw.log (third-party, not committed)",
-           "split_rule": "all held-out: threads never used by the team or any earlier harvest (checked against every "
+    role = "a fresh held-out set" if split == "heldout" else "a fresh tuning set"
+    doc = {"what": f"{what} from public threads ({role}, issue 21): verbatim text kept outside the repo "
+                   f"under corpus-local/{kind}/{split}/<case>/raw.log (third-party, not committed)",
+           "split_rule": f"all {split}: threads never used by the team or any earlier harvest (checked against every "
                          "committed manifest), labelled by harvesters who never read dsv4ctl/ nor ran any scorer",
            "count": len(cases), "threads": len(urls), "cases": cases}
     with open(os.path.join(HERE, name), "w", encoding="utf-8") as f:

@@ -24,7 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MANIFESTS = {"harvest": "manifest.json", "coherent": "coherent-manifest.json", "garbage": "garbage-manifest.json",
              "coherent2": "coherent2-manifest.json", "harvest3": "heldout3-manifest.json",
-             "coherent3": "coherent3-manifest.json"}
+             "harvest4": "tuning4-manifest.json", "harvest5": "tuning5-manifest.json",
+             "coherent3": "coherent3-manifest.json", "coherent4": "coherent4-manifest.json"}
 
 
 def sha(text: str) -> str:
@@ -45,7 +46,7 @@ def case_dir(kind: str, entry: dict) -> str:
 
 def pin(kind: str, entry: dict) -> tuple[str, int]:
     """(whole-text sha256, number of lines) the excerpt must have."""
-    if kind in ("harvest", "harvest3"):
+    if kind.startswith("harvest"):
         return entry["excerpt"]["sha256"], entry["excerpt"]["lines"]
     return entry["raw_sha256"], entry["raw_lines"]
 
