@@ -83,7 +83,7 @@ def sub_line_candidates(lines: list[str]):
 
 
 def meta_for(kind: str, entry: dict, exact: bool) -> dict:
-    if kind == "harvest":
+    if kind.startswith("harvest"):
         meta = {"case": entry["case"], "split": entry["split"], "source": entry["source"],
                 "excerpt": {k: entry["excerpt"][k] for k in ("chunks", "partial_edge_lines_dropped", "query")},
                 "labels": entry["labels"], "label_confidence": entry["label_confidence"],
@@ -159,7 +159,7 @@ def pick(kind: str, name: str, path: str, spec: str, unquote: bool) -> int:
 def todo(kind: str, lo: int, hi: int) -> None:
     for k, e in enumerate(cases(kind), 1):
         if lo <= k <= hi and not os.path.isfile(os.path.join(case_dir(kind, e), "raw.log")):
-            q = e["excerpt"]["query"] if kind == "harvest" else e.get("query")
+            q = e["excerpt"]["query"] if kind.startswith("harvest") else e.get("query")
             print(f"{k}\t{name_of(e)}\t{e['source']['url']}\t{e['source'].get('turn')}\t{q}")
 
 
