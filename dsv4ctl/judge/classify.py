@@ -86,7 +86,14 @@ EXCEPTION_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
 LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("device", "gpu_memory_fault", re.compile(r"Memory access fault by GPU|VMFault")),
     ("device", "hsa_error", re.compile(r"HSA_STATUS_ERROR\w*|Queue 0x[0-9a-f]+ aborting with error")),
-    ("device", "device_assert", re.compile(r"Device-side assert|[Dd]evice-side assertion .*failed")),
+    ("device", "device_assert", re.compile(r"Device-side assert|[Dd]evice-side assertion .*failed"
+                                           # a kernel's own assert: `Indexing.cu:1236: ...: block: [0,0,0], thread:
+                                           # [96,0,0] Assertion `srcIndex < srcSelectDimSize` failed.`
+                                           r"|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .{0,200}failed")),
+    # other accelerators' drivers and runtimes: Gaudi's habanalabs driver, Apple's MPS/Metal
+    ("device", "accelerator_fault", re.compile(r"\bhabanalabs \S+: .{0,80}(?:[Ff]ailed|[Ee]rror|timeout|not usable)"
+                                               r"|failed assertion `\[MPS|\bMTLCommandBuffer\w* .{0,40}[Ee]rror"
+                                               r"|kIOGPUCommandBufferCallbackError\w+")),
     ("device", "device_error", re.compile(r"Failed: (?:Cuda|CUDA|HIP) error|CUDA driver error|GPU is lost")),
     ("device", "xid", re.compile(_XID)),
     ("device", "amdgpu_fault", re.compile(_AMDGPU)),
@@ -125,7 +132,18 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("signal", "runtime_panic", re.compile(r"^panic: \S|^runtime error: |^fatal error: [a-z]"
                                             r"|^thread '[^']*' panicked at ")),
     # A Rust launcher's main returning its error (TGI's `Error: WebserverFailed`, `Error: ShardCannotStart`)
-    ("worker_death", "launcher_error", re.compile(r"^Error: [A-Z][a-z]+[A-Z]\w*$")),
+    ("worker_death", "launcher_error", re.compile(r"^Error: [A-Z][a-z]+[A-Z]\w*$"
+                                                  # a Go command's last word (`Error: could not create directory ...`)
+                                                  r"|(?:^|\]: )Error: [a-z]\w*(?: \w+)* ")),
+    # llama.cpp / ollama: the model never loaded, or the runner under the server died
+    ("config", "model_load_error", re.compile(r"\berror loading model\b|\bfailed to load model\b")),
+    ("worker_death", "runner_died", re.compile(r"\b(?:llama runner|llama-server|runner) process has terminated"
+                                               r"|\berror starting (?:the )?(?:llama )?runner\b")),
+    # Kubernetes: a pod that keeps dying, or was killed for memory (`kubectl get pods`, events)
+    ("oom", "pod_oom_killed", re.compile(r"\bOOMKilled\b")),
+    ("worker_death", "pod_crashloop", re.compile(r"\bCrashLoopBackOff\b")),
+    # TensorFlow's kernels: `OP_REQUIRES failed at nccl_create.cc:112 : Internal: unhandled system error`
+    ("python", "op_failed", re.compile(r"\bOP_REQUIRES failed at \S+ : \w+")),
     ("oom", "oom_kill", re.compile(r"Out of memory: Kill(?:ed)? process|invoked oom-killer|oom_kill_process"
                                    r"|^srun: error: \S+: tasks? [\d,\-]+: Out Of Memory")),
     ("signal", "fatal_signal", re.compile(
@@ -135,6 +153,11 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"|terminate called after throwing an instance of|signal (?:11|6) \(SIG(?:SEGV|ABRT)\)"
         # the kernel's own report (dmesg / journal): `python[4242]: segfault at 7f00 ip 00007f.. sp .. error 4 in ...`
         r"|\bsegfault at [0-9a-f]+ ip [0-9a-f]+ sp [0-9a-f]+ error \d+"
+        # systemd's (`Main process exited, code=dumped, status=11/SEGV`), a launcher's exit code of a signal
+        # (`Job entrypoint command failed with exit code -11`), torchrun's `Signal 6 (SIGABRT) received by PID 42`
+        r"|code=(?:dumped|killed), status=\d+/(?:SEGV|ABRT|BUS|ILL|FPE)\b"
+        r"|exit(?:ed)? (?:with )?(?:status|code)[:= ]+(?:-(?:11|6|7|4|8)|13[24569])\b"  # 128+N, not 137 (a kill)
+        r"|\b[Ss]ignal (?:11|6|7|4|8) \(SIG(?:SEGV|ABRT|BUS|ILL|FPE)\)"
         # MPI launchers: Open MPI's `*** Process received signal ***` / `Signal: Aborted (6)`, MPICH's banner
         r"|\*\*\* Process received signal \*\*\*|^(?:\[[^\]]*\] )?Signal: [A-Z][a-z]+(?: [a-z]+)* \(\d+\)"
         r"|BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
@@ -147,7 +170,8 @@ LINE_ERRORS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"(?: \(core dumped\))?$")),
     ("signal", "killed", re.compile(
         r"^(?:zsh: |\[\d+\] +\d+ )killed +\S|^Killed$|[\]|]Killed$|^(?:\S+: )?line \d+: +\d+ Killed\b|^\[\d+\]\+? +Killed +\S|exit(?:ed)? (?:with )?(?:status|code)[:= ]+137\b"
-        r"|exitcode ?[:=] ?-9\b|[Ss]ignal 9 \(SIGKILL\)|received SIGKILL|return ?code ?[:=]? ?-9\b|[Kk]illed by signal 9\b|^=\s+EXIT CODE: (?:9|137)$")),
+        r"|exitcode ?[:=] ?-9\b|[Ss]ignal 9 \(SIGKILL\)|received SIGKILL|return ?code ?[:=]? ?-9\b"
+        r"|code=killed, status=9/KILL|[Kk]illed by signal 9\b|^=\s+EXIT CODE: (?:9|137)$")),
 )
 
 # The scheduler's own words in the log (slurmstepd): (kind, family, pattern). First match wins.

@@ -5,7 +5,7 @@ its level somewhere in the first columns, and that level is what says whether th
 chatter. Recognised, in the first 120 characters:
 
   delimited anywhere   `[ERROR]`, `[error]`, `(Error)`, `<ERROR>`, `| critical |` (loguru, tt-metal), ` - ERROR - `
-                       (Python logging after the logger's name), `::ERROR -->` (InvokeAI), `level=ERROR` (logfmt)
+                       (Python logging after the logger's name), `::ERROR -->` (InvokeAI), `level=ERROR` (logfmt), `[E] `
   first word           `ERROR something`, `ERROR: something`, `error: something`, `Error: something`, after only a
                        timestamp, `[tags]` or `(process)` tags: `2026-08-07T18:25:43Z ERROR xinference.core ...`,
                        `1:03PM ERR ...` (zerolog's console writer)
@@ -28,7 +28,8 @@ _ANY_CASE = rf"(?i:{_WORD})"
 # Delimited on both sides: a level wherever it stands in the head of the line.
 _DELIMITED = re.compile(rf"\[\s{{0,8}}(?P<a>{_ANY_CASE})\s{{0,8}}\]|\(\s?(?P<b>{_ANY_CASE})\s?\)|<(?P<c>{_ANY_CASE})>"
                         rf"|\|\s{{1,8}}(?P<d>{_ANY_CASE})\s{{1,8}}\||\s-\s(?P<e>{_WORD})\s-\s|::(?P<f>{_WORD})\b"
-                        rf"|(?:^|\s)level=(?P<g>{_ANY_CASE})\b")  # logfmt (Go's slog, ollama: `level=ERROR source=...`)
+                        rf"|(?:^|\s)level=(?P<g>{_ANY_CASE})\b"  # logfmt (Go's slog, ollama: `level=ERROR source=...`)
+                        r"|\[(?P<h>[EFW])\] ")  # one letter in brackets (TensorRT's `[TRT] [E] 9: ...`)
 # A first word: upper case, or any case followed by a colon.
 _FIRST_WORD = re.compile(rf"(?<![\w.\-])(?:(?P<a>{_WORD})(?=:|\s)|(?P<b>(?i:error|fatal|critical|warning|info)):\s)")
 _LETTER = re.compile(r"(?<=\d )(?P<a>[EFWID]) +(?=\S)")

@@ -23,9 +23,12 @@ GENERATED = re.compile(r"Generated text: ?(?P<lit>" + _STRING + ")"
                        r"|^Output \[Text \d+ Beam \d+\]: (?P<trt>\"(?:[^\"\\]|\\.)*\")")  # TensorRT-LLM's run.py
 COMPLETION = re.compile(r"CompletionOutput\(index=\d+, text=(?P<lit>" + _STRING + r")(?:, token_ids=(?:array\('l', )?"
                         r"[\[(](?P<ids>[-\d,\s]*)[\])])?")
+_CUT_OR_STRING = "(?:" + _STRING + r"|'(?:[^'\\]|\\.)*$)"  # a long answer's line may be cut inside its string
 # The openai client's objects printed: `ChatCompletionMessage(content='...', ...)`, `CompletionChoice(..., text='...')`.
 _CLIENT_REPR = re.compile(r"ChatCompletionMessage\(content=(?P<lit>" + _STRING + r")|CompletionChoice\(.{0,300}?"
-                          r"\btext=(?P<lit2>" + _STRING + ")")
+                          r"\btext=(?P<lit2>" + _STRING + ")"
+                          # lmdeploy's pipeline: `Response(text='...', generate_token_len=42, ...)`
+                          r"|\bResponse\(text=(?P<lit3>" + _CUT_OR_STRING + ")")
 _BOS_RUN = re.compile("(?:" + "|".join(re.escape(b) for b in BOS_TEXTS) + r")\s*(?:"
                       + "|".join(re.escape(b) for b in BOS_TEXTS) + ")")
 
@@ -40,7 +43,6 @@ _JSON_REASONING = re.compile(r'"(?:message|delta)"\s*:\s*\{[^{}]{0,300}?"reasoni
                              r'(?P<s>(?:[^"\\]|\\.)*)')
 # The same bodies as Python prints a dict: `{'id': 'chatcmpl-..', 'choices': [{'message': {'role': 'assistant',
 # 'content': '...'}}]}`; a completion choice's `'text'`. (A streamed chunk's `'delta'` is a piece, not an answer.)
-_CUT_OR_STRING = "(?:" + _STRING + r"|'(?:[^'\\]|\\.)*$)"  # a long answer's line may be cut inside its string
 _PY_ANSWER = re.compile(r"'message'\s*:\s*\{[^{}]{0,300}?'content'\s*:\s*(?P<lit>" + _CUT_OR_STRING + ")"
                         r"|'choices'\s*:\s*\[\s*\{[^{}]{0,300}?'text'\s*:\s*(?P<lit2>" + _CUT_OR_STRING + ")")
 # Native bodies: SGLang's `/generate` answers `{"text": "...", "meta_info": ...}`, TGI's `/generate` and the
@@ -53,8 +55,9 @@ _NATIVE = re.compile(r"""^\[?\{\s*"text"\s*:\s*"(?P<s>(?:[^"\\]|\\.)*)"""
 # TRL's `'logits/chosen': nan`, `'rewards/margins': inf`): the run's numbers went non-finite.
 _LABELLED_NONFINITE = re.compile(r"""(?:log_?probs?|logits)\w*["']?\s*[=:]\s*(?:[\[(]\s*)*(?:tensor\(\s*)?"""
                                  r"""(?:\[\s*)*(?P<v>-?(?:nan|inf))\b\]?"""
-                                 r"""|["'](?:loss|grad_norm|(?:logits|logps|rewards)/\w+|\w*_loss)["']\s*:\s*"""
-                                 r"""(?:tensor\()?(?P<m>-?(?:nan|inf))\b""", re.I)
+                                 r"""|["']?\b[\w/]*(?:loss|grad_norm|logits/|logps/|rewards?/|kl\b|perplexity|ppl\b)[\w/]*["']?"""
+                                 r"""\s*[:=]\s*(?:tensor\(\[*)?(?P<m>-?(?:nan|inf))\b""", re.I)
+# (verl's `critic/vf_loss:nan - critic/kl:0.0`, a `loss = nan` line, as well)
 _SSE = re.compile(r"^data: ?(?P<body>\{.*)$")
 # After an empty content: the tool calls the message made instead (`, tool_calls=[ChatCompletionMessageToolCall(`
 # in the client's repr, `"tool_calls": [{` in JSON): a tool call is an answer, not an empty one.
@@ -135,9 +138,9 @@ def read_outputs(content: str) -> list[PrintedOutput]:
             rest = content[m.end():m.end() + 400]
             found.append(PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], ids, _nonfinite(rest)))
         return found
-    if "ChatCompletionMessage(" in content or "CompletionChoice(" in content:  # the openai client's objects
-        for m in _CLIENT_REPR.finditer(content):
-            text = literal(m.group("lit") or m.group("lit2"))
+    if "ChatCompletionMessage(" in content or "CompletionChoice(" in content or "Response(text=" in content:
+        for m in _CLIENT_REPR.finditer(content):  # the openai client's objects, lmdeploy's responses
+            text = literal(m.group("lit") or m.group("lit2") or m.group("lit3"))
             if not text and _TOOL_CALLS_REPR.match(content, m.end(), m.end() + 300):
                 continue  # an empty content beside the tool calls it made: the answer is the call
             found.append(PrintedOutput(text[:MAX_TEXT], None, _nonfinite(content)))
@@ -177,7 +180,8 @@ def read_outputs(content: str) -> list[PrintedOutput]:
     stripped = content.strip()
     if stripped[:1] in ("[", "t") and (m := _BARE_IDS.match(stripped)):
         return [PrintedOutput(None, _ids(m.group("ids")))]
-    if stripped[:1] in ("0123456789,") and (m := _BARE_ID_LINE.match(stripped)):
+    # (an indented line of ids continues a tensor's or a list's repr printed above it: not an answer of its own)
+    if stripped[:1] in ("0123456789,") and content[:1] not in (" ", "\t") and (m := _BARE_ID_LINE.match(stripped)):
         return [PrintedOutput(None, _ids(m.group("ids")))]
     if stripped[:1] in ("'", '"') and (m := _BARE_REPR.match(stripped)) and "\\n" in stripped:
         return [PrintedOutput(literal(m.group("lit"))[:MAX_TEXT], None)]
@@ -195,6 +199,13 @@ def shown_as_printed(source: str, output_repr: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def _reasoning_text(value: object) -> str | None:
+    """A delta's reasoning: a string, or an object holding it as `text` (some gateways: `{"text": "..."}`)."""
+    if isinstance(value, dict):
+        value = value.get("text")
+    return value if isinstance(value, str) else None
+
+
 def stream_delta(content: str) -> tuple[str | None, bool] | None:
     """One streamed chunk (`data: {...}`): (its delta text, whether it finished the answer), or None. The text is
     None for a piece of a tool call."""
@@ -209,9 +220,14 @@ def stream_delta(content: str) -> tuple[str | None, bool] | None:
     if not isinstance(choice, dict):
         return None
     delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+    if not delta and isinstance(choice.get("message"), dict):  # some servers stream whole `message` pieces (ERNIE)
+        delta = choice["message"]
     text = delta.get("content") if "content" in delta else choice.get("text")
-    if not isinstance(text, str):  # `"content": null`: a reasoning model's thinking is what it said so far
-        text = next((delta[k] for k in ("reasoning_content", "reasoning") if isinstance(delta.get(k), str)), None)
+    reasoning = next((r for r in map(_reasoning_text, (delta.get("reasoning_content"), delta.get("reasoning")))
+                      if r is not None), None)
+    if not isinstance(text, str) or (not text and reasoning):
+        # `"content": null` (or empty) beside the thinking: a reasoning model's thinking is what it said so far
+        text = reasoning
     if not text and delta.get("tool_calls"):
         return None, choice.get("finish_reason") is not None  # a piece of a tool call, not of a text answer
     return (text if isinstance(text, str) else ""), choice.get("finish_reason") is not None

@@ -44,7 +44,7 @@ class PlainBlock:
 # What a log's lines have and a model's prose does not.
 _LOG_LINE = re.compile(
     r"\b\d{1,2}:\d{2}:\d{2}\b|\b\d{4}[-/]\d{2}[-/]\d{2}\b"  # a time of day, a date
-    r"|^\s*\{\"\w+\":|\b\d{1,3}(?:\.\d{1,3}){3}\b"  # a JSON record, an IP address
+    r"|^\s*(?:data: ?)?\{\"\w+\":|\b\d{1,3}(?:\.\d{1,3}){3}\b"  # a JSON record (or an SSE chunk of one), an IP address
     r"|\b0x[0-9a-fA-F]{4,}|\b(?=[a-f]*\d)(?=\d*[a-f])[0-9a-f]{12,}\b"  # an address, a hash or id
     r"|\w\.[A-Za-z]{1,4}:\d+\b"  # file.py:123
     r"|(?:^|\s)--?[A-Za-z][\w-]*(?:[= ]\S+)?\s+--?[A-Za-z]"  # a command with two flags

@@ -23,10 +23,12 @@ SHARE = 0.6  # a learned prefix must start at least this share of the sample's l
 MAX_PREFIX = 96
 
 _DIGITS = re.compile(r"\d+")
+_LEVEL_WORD = re.compile(r"\b(?:DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\b")
 _TWO_WORDS = re.compile(r"\b[a-z]{2,} [a-z]{2,} ")  # `segfault at `: prose, where transports write tags and times
 # Known outer shapes, tried when the log's lines do not share one literal shape (several services, pods...).
 KNOWN_OUTER: tuple[re.Pattern[str], ...] = (
-    re.compile(r"^[\w.\-]+\s+\| "),  # docker compose, several services
+    re.compile(r"^(?!(?:TRACE|DEBUG|INFO|SUCCESS|WARNING|WARN|ERROR|CRITICAL)\s)[\w.\-]+\s+\| "),  # docker compose,
+    # several services (not loguru's `ERROR    | ` level column)
     re.compile(r"^\s*\| "),  # CI log viewers
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? "),  # GitHub Actions, kubectl
     re.compile(r"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z?\] "),  # Buildkite
@@ -108,10 +110,12 @@ def learn(lines: list[str]) -> LinePrefixes:
     """Learn the outer prefixes from a log's first lines (ANSI and CR already removed)."""
     sample = [ln for ln in lines[:SAMPLE_LINES * 4] if ln.strip()][:SAMPLE_LINES]
     learned = LinePrefixes()
-    for _ in range(3):  # prefixes stack: a shipper's timestamp, then its level, then...
+    for depth in range(3):  # prefixes stack: a shipper's timestamp, then its level, then...
         if len(sample) < MIN_SAMPLE:
             break
-        shared = _shared_shape(sample)
+        shared = _shared_shape(sample, first=depth == 0)
+        if shared is not None and _said_again(shared, sample):
+            shared = None
         layer = [shared] if shared is not None else [p for p in KNOWN_OUTER if _share(p, sample) >= SHARE]
         if not layer:
             break
@@ -124,11 +128,22 @@ def learn(lines: list[str]) -> LinePrefixes:
     return learned
 
 
+def _said_again(pattern: re.Pattern[str], sample: list[str]) -> bool:
+    """Whether what follows a shape is mostly one line said again (digits aside): then the shape is the start of a
+    message repeated (a fault on every thread, rank or retry), not a transport's prefix on lines saying different
+    things."""
+    rest = [_DIGITS.sub("0", pattern.sub("", ln, count=1)) for ln in sample if pattern.match(ln)]
+    if not rest:
+        return False
+    top = max(rest.count(r) for r in set(rest))
+    return top >= SHARE * len(sample)
+
+
 def _share(pattern: re.Pattern[str], sample: list[str]) -> float:
     return sum(1 for ln in sample if pattern.match(ln)) / len(sample)
 
 
-def _shared_shape(sample: list[str]) -> re.Pattern[str] | None:
+def _shared_shape(sample: list[str], first: bool = True) -> re.Pattern[str] | None:
     """The longest prefix shape (digit runs as wildcards) that most lines start with, cut back to end at a space
     and before anything that is a process tag or a logger head of vLLM itself."""
     shapes = [_DIGITS.sub("0", ln[:MAX_PREFIX * 2]) for ln in sample]
@@ -147,6 +162,11 @@ def _shared_shape(sample: list[str]) -> re.Pattern[str] | None:
     words = _TWO_WORDS.search(best)  # a message's words, said on every line (a fault repeated), are not a prefix
     if words:
         best = best[:words.start()]
+    # nor is a record's level after its time (loguru's `0-0-0 0:0:0.0 | ERROR    | `); a shipper's severity at the
+    # very start of the line (`INFO 2025-...Z [labels] `, GKE) is
+    level = _LEVEL_WORD.search(best, 1 if first else 0)
+    if level:
+        best = best[:level.start()]
     if " " not in best:
         return None
     best = best[:best.rfind(" ") + 1]

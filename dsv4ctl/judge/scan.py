@@ -359,7 +359,8 @@ class LogParser(RecordHandlers):
             if not self._engine_ready:
                 self._engine_line(content)
             return
-        if "Error" in content or "Exception" in content:
+        # (not on a line indented like code: `    Raises:\n        IndexError: If the stack is empty.` in a docstring)
+        if ("Error" in content or "Exception" in content) and not content.startswith(("    ", "\t\t")):
             text = _orphan_exception(content)
             if text:
                 self._add(facts.orphan_exceptions,

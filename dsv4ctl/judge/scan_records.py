@@ -392,7 +392,7 @@ class RecordHandlers:
             facts.dropped["tracebacks"] = facts.dropped.get("tracebacks", 0) + 1
 
 
-_OUTPUT_KEYS = ("Generated text", "Beam ", "CompletionOutput(", "ChatCompletionMessage(", "CompletionChoice(", "tensor([", "begin▁of▁sentence", '"choices"', '"message"', '"delta"', "_ids",
+_OUTPUT_KEYS = ("Generated text", "Beam ", "Response(text=", "nan", "NaN", "CompletionOutput(", "ChatCompletionMessage(", "CompletionChoice(", "tensor([", "begin▁of▁sentence", '"choices"', '"message"', '"delta"', "_ids",
                 "'choices'", "'message'", "'delta'", "generated_text", '"text"', "'usage'", "log_prob", "logprob", "logits",
                 "'loss'", "grad_norm", "_loss'", "'rewards/", "'logps/",
                 "token ids", "output ids",

@@ -117,7 +117,8 @@ def text_problems(text: str, max_repeat_run: int) -> list[str]:
 
 
 # Special tokens printed as text: `<unk>`, `<pad>`, `<extra_id_0>`, `<0x0A>`, `<|endoftext|>`, `[UNK]`, `⁇`.
-_ANY_SPECIAL = re.compile(r"<(?:unk|pad|mask|s|/s|eos|bos|sep|cls|extra_id_\d{1,3}|0x[0-9A-Fa-f]{2})>|<\|[A-Za-z_]{2,24}\|>"
+_ANY_SPECIAL = re.compile(r"<(?:unk|pad|mask|s|/s|eos|bos|sep|cls|extra_id_\d{1,3}|unused\d{1,3}|0x[0-9A-Fa-f]{2})>"
+                          r"|<\|[A-Za-z_]{2,24}\|>"
                           r"|<｜[^｜<>]{2,30}｜>|\[(?:UNK|PAD|MASK|SEP|CLS)\]|⁇")
 
 
@@ -133,6 +134,9 @@ def _special_run(text: str) -> str | None:
     visible = sum(not ch.isspace() for ch in sample)
     if said >= 8 and said * len(token) * 5 >= 2 * visible:
         return f"a special token ({token}) said {said} times: most of the answer"
+    # many reserved tokens, none of them words (`<unk><unused17><unused3><bos>...`): >= 12, >= 70% of the text
+    if len(found) >= 12 and sum(map(len, found)) * 10 >= 7 * visible and len(set(found)) >= 3:
+        return f"{len(found)} special tokens ({', '.join(sorted(set(found))[:3])}, ...): most of the answer"
     return None
 
 
@@ -296,7 +300,10 @@ def _word_salad(text: str) -> str | None:
         top_two = sum(n for _, n in Counter(words).most_common(2)) / len(words)
         if top_two >= 0.35:  # a few function words over and over, not a sentence made of many of them
             return f"word salad: {len(words)} words, {function:.0%} of them function words"
-    junk = [w for w in words if len(w) <= 2 and w not in SHORT_WORDS and w not in ("a", "i")]
+    # fragments: one- or two-letter pieces that are no word; a capital letter alone is a letter named or spelled
+    # out (`R, A, S, P`, `option B`, initials), not a fragment
+    junk = [w.lower() for w in _WORD.findall(sample) if w.isascii() and len(w) <= 2 and not (len(w) == 1 and w.isupper())
+            and w.lower() not in SHORT_WORDS and w.lower() not in ("a", "i")]
     fragments = len(junk) / len(words)
     if len(words) >= 20 and fragments >= 0.18 and len(set(junk)) >= 6:
         return f"token soup: {fragments:.0%} of {len(words)} words are one- or two-letter fragments"
