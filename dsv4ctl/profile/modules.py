@@ -38,9 +38,8 @@ def stacks_by_thread(modules: dict[object, list[Interval]], by_thread: dict[obje
             intervals.sort(key=itemgetter(1), reverse=True)  # two stable C sorts: by start, longest first
             intervals.sort(key=itemgetter(0))
         asked.sort()
-        ends: list[float] = []  # the open frames' ends, ids, and the least end at or below each
-        ids: list[int] = []
-        least: list[float] = []
+        # the open frames, innermost last: (end, class id, the least end at or below it)
+        stack: list[tuple[float, int, float]] = []
         i, n = 0, len(intervals)
         current: tuple[int, ...] | None = ()
         for ts, qid in asked:
@@ -50,26 +49,20 @@ def stacks_by_thread(modules: dict[object, list[Interval]], by_thread: dict[obje
                     start, end, mid = intervals[i]
                     if start > ts:
                         break
-                    while ends and ends[-1] <= start:
-                        ends.pop()
-                        ids.pop()
-                        least.pop()
-                    least.append(end if not least or end < least[-1] else least[-1])
-                    ends.append(end)
-                    ids.append(mid)
+                    while stack and stack[-1][0] <= start:
+                        stack.pop()
+                    stack.append((end, mid, end if not stack or end < stack[-1][2] else stack[-1][2]))
                     i += 1
-            if ends and ends[-1] < ts:
+            if stack and stack[-1][0] < ts:
                 current = None
-                while ends and ends[-1] < ts:
-                    ends.pop()
-                    ids.pop()
-                    least.pop()
-            if not least or least[-1] >= ts:
+                while stack and stack[-1][0] < ts:
+                    stack.pop()
+            if not stack or stack[-1][2] >= ts:
                 if current is None:
-                    current = tuple(ids)
+                    current = tuple([f[1] for f in stack])
                 found[qid] = current
             else:  # an interval below the top has ended (a trace with ragged nesting): only those still open
-                found[qid] = tuple(m for m, e in zip(ids, ends) if e >= ts)
+                found[qid] = tuple([f[1] for f in stack if f[0] >= ts])
     return found
 
 
