@@ -91,6 +91,7 @@ FRESH = {  # sets harvested after the rules had been tuned on the first held-out
     "harvest5": ("tuning5-manifest.json", "failing and clean job logs", "tuning"),
     "coherent3": ("coherent3-manifest.json", "coherent model outputs", "heldout"),
     "coherent4": ("coherent4-manifest.json", "coherent model outputs", "heldout"),
+    "coherent5": ("coherent5-manifest.json", "coherent model outputs", "heldout"),
 }
 
 
