@@ -119,3 +119,31 @@ def test_metrics_lines_gone_nan_and_lmdeploy_responses():
 def test_reserved_tokens_making_up_the_answer():
     text = "<unk><unused4><unused11><bos><unused4><mask><unk><unused9><unused2><unused11><unk><unused7><unused1>"
     assert any("special tokens" in p for p in text_problems(text, 16))
+
+
+# Pass 11, from coherent4's five flags (coherent4 spent by it): written here with made-up answers.
+
+def test_translations_one_language_a_line_are_not_token_soup():
+    text = ("English: Good morning, friends.\nРусский: Доброе утро, друзья.\n日本語: おはようございます、皆さん。\n"
+            "हिन्दी: सुप्रभात, दोस्तों।")
+    assert text_problems(text, 16) == []
+    assert any("scripts" in p for p in text_problems("Goodдоброеおはよう नमस्ते mixed", 16))
+
+
+def test_a_banner_or_rule_line_after_an_answer_is_not_a_run():
+    answer = "The meeting is moved to Thursday at ten, in room four, with the same agenda as before."
+    assert text_problems(answer + "\n" + "*" * 20 + "NEXT" + "*" * 20, 16) == []
+    assert text_problems(answer + "\n" + "=" * 40, 16) == []
+
+
+def test_a_list_of_names_is_not_word_salad():
+    names = ("Alberta, British Columbia, Manitoba, New Brunswick, Newfoundland, Labrador, Nova Scotia, Ontario, "
+             "Prince Edward Island, Quebec, Saskatchewan, Yukon, Nunavut")
+    assert text_problems(names, 16) == []
+
+
+def test_a_rule_line_is_not_the_rest_of_a_wrapped_line():
+    para = "Role: planner. Description: " + "plans the week's deliveries and checks each route twice " * 2
+    rows = [para.strip()[:120], "-" * 50] * 4
+    v = verdict_of("\n".join(rows) + "\n")
+    assert v.status != "degenerate"

@@ -203,6 +203,7 @@ def _wrap_width(lines: list[str]) -> int | None:
     return width if len(carried) >= 2 and len(carried) * 2 >= len(cut) else None
 
 
+_RULE_LINE = re.compile(r"^\s*([-=_*#~+])\1{2,}\s*$")
 _LINE_START = re.compile(r"^(?:\s+File |Traceback|###|TOKEN_IDS|PY_EXIT=|DSV4_|\[DSV4_|FINISH_REASON|REQUEST)")
 
 
@@ -210,6 +211,7 @@ def _continuation(line: str, previous: str = "") -> bool:
     """Whether `line` can be the rest of a longer line cut before it: not a line that starts like a log line, nor
     one that starts like the line before it (an access log's lines all have the same length and the same head)."""
     return bool(line.strip()) and not (PROCESS.match(line) or _LOGGER.match(line) or _LINE_START.match(line)
+                                       or _RULE_LINE.match(line)  # a `-----` rule under a paragraph is its own line
                                        or any(p.match(line) for p in KNOWN_OUTER)
                                        or (len(previous) >= 12 and line[:12] == previous[:12]))
 

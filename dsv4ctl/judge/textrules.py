@@ -80,7 +80,8 @@ def text_problems(text: str, max_repeat_run: int) -> list[str]:
     tail = _tail_run(text)
     body = text.rstrip()
     # A `----` line under an answer (printed by the script, not the model): the run fills its own line.
-    separator = body[-1:] in _SEPARATORS and body[:len(body) - tail].endswith("\n") and bool(body[:-tail].strip())
+    separator = body[-1:] in _SEPARATORS and bool(body[:-tail].strip()) and (
+        body[:len(body) - tail].endswith("\n") or bool(_BANNER.fullmatch(body.rsplit("\n", 1)[-1])))
     if tail >= limit and not separator:
         problems.append(f"one character repeated {tail} times to the end")
     words = text.split()
@@ -233,7 +234,9 @@ def _soup(text: str, words: list[str]) -> list[str]:
         return [f"words mixing scripts ({', '.join(repr(w[:24]) for w in mixed[:2])}): token soup"]
     if len(text) <= SOUP_SHORT:
         scripts = _scripts(text)
-        if len(scripts) >= 3 and scripts not in _ALLOWED_MIX:
+        # (a line at a time in one script beside Latin is a list of translations, not soup: some line must mix three)
+        if len(scripts) >= 3 and scripts not in _ALLOWED_MIX and any(
+                len(mix) >= 3 and mix not in _ALLOWED_MIX for mix in map(_scripts, text.splitlines())):
             return [f"{len(scripts)} scripts in one short answer ({', '.join(sorted(scripts))}): token soup"]
     salad = _word_salad(text) or _code_soup(text) or _emoji_soup(text)
     return [salad] if salad else []
@@ -292,6 +295,9 @@ def _word_salad(text: str) -> str | None:
     if len(words) < 15 or len(words) * 2 < len(_WORD.findall(sample)):
         return None  # too short to tell, or not a Latin-script answer
     function = sum(w in FUNCTION_WORDS for w in words) / len(words)
+    capitalised = sum(w[:1].isupper() for w in _WORD.findall(sample) if w.isascii()) / len(words)
+    if function < 0.05 and capitalised >= 0.6:
+        return None  # a list of names (provinces, people, products): capitalised words, no sentence to have function words
     lines = [ln for ln in sample.splitlines() if ln.strip()]
     prose = len(words) >= 6 * len(lines)  # not a list of names or `Key: value` lines, which have no function words
     if function < 0.05 and prose:
@@ -365,6 +371,7 @@ def _tail_loop(text: str) -> tuple[str, int] | None:
     return None
 
 
+_BANNER = re.compile(r"\s*([-=_*#~+])\1{2,} ?\w[\w ]{0,30}? ?\1{3,}\s*")  # `*****USER*****`, `=== Answer ===`
 _CLOSING = re.compile(r"[\"'\u201d\u2019)\]}]{0,3}$")
 
 
