@@ -92,6 +92,7 @@ FRESH = {  # sets harvested after the rules had been tuned on the first held-out
     "coherent3": ("coherent3-manifest.json", "coherent model outputs", "heldout"),
     "coherent4": ("coherent4-manifest.json", "coherent model outputs", "heldout"),
     "coherent5": ("coherent5-manifest.json", "coherent model outputs", "heldout"),
+    "coherent6": ("coherent6-manifest.json", "coherent model outputs", "heldout"),
 }
 
 

@@ -26,7 +26,7 @@ MANIFESTS = {"harvest": "manifest.json", "coherent": "coherent-manifest.json", "
              "coherent2": "coherent2-manifest.json", "harvest3": "heldout3-manifest.json",
              "harvest4": "tuning4-manifest.json", "harvest5": "tuning5-manifest.json",
              "coherent3": "coherent3-manifest.json", "coherent4": "coherent4-manifest.json",
-             "coherent5": "coherent5-manifest.json"}
+             "coherent5": "coherent5-manifest.json", "coherent6": "coherent6-manifest.json"}
 
 
 def sha(text: str) -> str:
