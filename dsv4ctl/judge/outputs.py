@@ -91,12 +91,13 @@ def text_problems(text: str, max_repeat_run: int) -> list[str]:
 
 def literal(text: str) -> str:
     """A Python string literal's value; a literal cut before its closing quote is read as far as it goes."""
-    cut = len(text) >= 1 and (len(text) == 1 or text[-1] != text[0] or text[-2:-1] == "\\")
-    try:
-        value = ast.literal_eval(text + text[0] if cut else text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return text[1:] if cut else text[1:-1]
-    return value if isinstance(value, str) else text[1:-1]
+    for attempt in (text, text + text[:1]):  # whole, else closed where the line was cut
+        try:
+            value = ast.literal_eval(attempt)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+        return value if isinstance(value, str) else text[1:-1]
+    return text[1:-1] if len(text) >= 2 and text[-1] == text[0] else text[1:]
 
 
 def _ids(text: str) -> list[int]:

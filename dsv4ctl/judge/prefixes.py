@@ -15,6 +15,7 @@ Also learned: terminal hard-wrapping at a fixed column (a token split over two l
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 SAMPLE_LINES = 64
@@ -135,8 +136,7 @@ def _said_again(pattern: re.Pattern[str], sample: list[str]) -> bool:
     rest = [_DIGITS.sub("0", pattern.sub("", ln, count=1)) for ln in sample if pattern.match(ln)]
     if not rest:
         return False
-    top = max(rest.count(r) for r in set(rest))
-    return top >= SHARE * len(sample)
+    return Counter(rest).most_common(1)[0][1] >= SHARE * len(sample)
 
 
 def _share(pattern: re.Pattern[str], sample: list[str]) -> float:

@@ -340,7 +340,7 @@ class LogParser(RecordHandlers):
                     self._add(facts.scheduler_events, Event(line_no, kind, content.strip()[:500], proc, family),
                               "scheduler_events")
                     return
-        if " 50" in content and _HTTP_500.search(content):
+        if "50" in content and _HTTP_500.search(content):
             facts.http_500_count += 1
             if facts.http_500_first is None:
                 facts.http_500_first = Event(line_no, "http_500", content.strip()[:300], proc)

@@ -393,7 +393,7 @@ class RecordHandlers:
 
 
 _OUTPUT_KEYS = ("Generated text", "Beam ", "Response(text=", "nan", "NaN", "CompletionOutput(", "ChatCompletionMessage(", "CompletionChoice(", "tensor([", "begin▁of▁sentence", '"choices"', '"message"', '"delta"', "_ids",
-                "'choices'", "'message'", "'delta'", "generated_text", '"text"', "'usage'", "log_prob", "logprob", "logits",
+                "'choices'", "'message'", "generated_text", '"text"', "'usage'", "log_prob", "logprob", "logits",
                 "'loss'", "grad_norm", "_loss'", "'rewards/", "'logps/",
                 "token ids", "output ids",
                 "0, 0, 0, 0, 0", "\\n", "<s><s>", "<|begin_of_text|><|begin")
@@ -408,7 +408,7 @@ def _output_source(content: str, printed: outputs.PrintedOutput) -> str:
         return "printed_ids"
     if '"choices"' in content or '"message"' in content or '"delta"' in content:
         return "openai_json"
-    if "'choices'" in content or "'message'" in content or "'delta'" in content:
+    if "'choices'" in content or "'message'" in content:
         return "openai_dict"
     return "printed_text"
 

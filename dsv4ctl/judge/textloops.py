@@ -70,7 +70,8 @@ def _repeated_block(units: list[str], joiner: str) -> tuple[str, int] | None:
 
 # A chat template's special tokens (`<|user|>`, `<｜Assistant｜>`, `</s>`) read as words in a loop, not as code signs:
 # an answer that echoes its template over and over is a loop.
-_TEMPLATE_TOKEN = re.compile(r"<\|[A-Za-z_]{2,24}\|>|<｜[^｜<>]{2,30}｜>|</?s>|</?think>")
+SPECIAL_TOKEN = r"<\|[A-Za-z_]{2,24}\|>|<｜[^｜<>]{2,30}｜>|</s>"  # `<|im_end|>`, `<｜end▁of▁sentence｜>`, `</s>`
+_TEMPLATE_TOKEN = re.compile(SPECIAL_TOKEN + r"|<s>|</?think>")
 
 
 def _words(block: list[str]) -> bool:

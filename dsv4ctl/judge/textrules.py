@@ -27,7 +27,7 @@ import re
 import unicodedata
 from collections import Counter
 
-from .textloops import block_loop, digit_collapse
+from .textloops import SPECIAL_TOKEN, block_loop, digit_collapse
 from .values import quoted
 
 BOS_TEXTS = ("<｜begin▁of▁sentence｜>", "<s>", "<|begin_of_text|>")
@@ -158,7 +158,7 @@ def _cut_word(words: list[str]) -> bool:
 
 
 # Chat-template special tokens: `<|im_start|>`, `<|eot_id|>`, DeepSeek's `<｜end▁of▁sentence｜>`, `</s>`.
-_SPECIAL = re.compile(r"<\|[A-Za-z_]{2,24}\|>|<｜[^｜<>]{2,30}｜>|</s>")
+_SPECIAL = re.compile(SPECIAL_TOKEN)
 _SPECIAL_SPLIT = re.compile("(" + _SPECIAL.pattern + ")")
 _LEADING_WORD = re.compile(r"[^\W\d_]+")
 _ROLES = frozenset("system user assistant human bot gpt tool model ai".split())
@@ -291,11 +291,13 @@ def _word_salad(text: str) -> str | None:
     visible = [ch for ch in sample if not ch.isspace()]
     if not visible or sum(ch in _CODE_CHARS for ch in visible) > 0.04 * len(visible):
         return None  # code, paths, Markdown tables: their words are names, not prose
-    words = [w.lower() for w in _WORD.findall(sample) if w.isascii()]
-    if len(words) < 15 or len(words) * 2 < len(_WORD.findall(sample)):
+    found = _WORD.findall(sample)
+    latin = [w for w in found if w.isascii()]
+    words = [w.lower() for w in latin]
+    if len(words) < 15 or len(words) * 2 < len(found):
         return None  # too short to tell, or not a Latin-script answer
     function = sum(w in FUNCTION_WORDS for w in words) / len(words)
-    capitalised = sum(w[:1].isupper() for w in _WORD.findall(sample) if w.isascii()) / len(words)
+    capitalised = sum(w[:1].isupper() for w in latin) / len(words)
     if function < 0.05 and capitalised >= 0.6:
         return None  # a list of names (provinces, people, products): capitalised words, no sentence to have function words
     lines = [ln for ln in sample.splitlines() if ln.strip()]
@@ -308,7 +310,7 @@ def _word_salad(text: str) -> str | None:
             return f"word salad: {len(words)} words, {function:.0%} of them function words"
     # fragments: one- or two-letter pieces that are no word; a capital letter alone is a letter named or spelled
     # out (`R, A, S, P`, `option B`, initials), not a fragment
-    junk = [w.lower() for w in _WORD.findall(sample) if w.isascii() and len(w) <= 2 and not (len(w) == 1 and w.isupper())
+    junk = [w.lower() for w in latin if len(w) <= 2 and not (len(w) == 1 and w.isupper())
             and w.lower() not in SHORT_WORDS and w.lower() not in ("a", "i")]
     fragments = len(junk) / len(words)
     if len(words) >= 20 and fragments >= 0.18 and len(set(junk)) >= 6:
